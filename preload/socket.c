@@ -1,0 +1,175 @@
+/* Wrappers of the socket life cycle: socket, connect, accept, listen and the
+ * option and name calls. They track TCP sockets; the kernel does the work. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "stats.h"
+#include "wrap.h"
+
+static int is_tcp(int domain, int type, int protocol)
+{
+  return (domain == AF_INET || domain == AF_INET6) &&
+         (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM &&
+         (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+static int sockopt_int(int fd, int name)
+{
+  int v = -1;
+  socklen_t len = sizeof v;
+  return r2s__libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) == 0 ? v : -1;
+}
+
+/* A socket the shim did not see being made (inherited, or made before the
+ * shim was loaded by dlopen): is it TCP? Two syscalls, only on connect and
+ * accept of untracked sockets. */
+static int fd_is_tcp(int fd, int *domain)
+{
+  *domain = sockopt_int(fd, SO_DOMAIN);
+  return is_tcp(*domain, sockopt_int(fd, SO_TYPE), sockopt_int(fd, SO_PROTOCOL));
+}
+
+/* Starts tracking fd; the table's slot keeps the only reference. */
+static r2s_conn_t *track(int fd, int domain, r2s_role_t role, int nonblock)
+{
+  r2s_conn_t *c = r2s__conn_new(domain, role, fd);
+  if (!c) return NULL;
+  if (nonblock) r2s__conn_set_flag(c, R2S_CONN_NONBLOCK, 1);
+  if (r2s__fd_install(fd, c) < 0) {
+    r2s__conn_put(c);
+    return NULL;
+  }
+  return c; /* still holding the creator's reference: the caller puts it */
+}
+
+R2S_EXPORT int socket(int domain, int type, int protocol)
+{
+  r2s__ensure_init();
+  int fd = r2s__libc.socket(domain, type, protocol);
+  if (fd < 0 || r2s__in_shim || !is_tcp(domain, type, protocol)) return fd;
+  int saved = errno;
+  r2s_conn_t *c = track(fd, domain, R2S_ROLE_SOCKET, type & SOCK_NONBLOCK);
+  if (c) r2s__conn_put(c);
+  errno = saved;
+  return fd;
+}
+
+R2S_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+  r2s_conn_t *c = wrap_lookup(fd);
+  int rc = r2s__libc.connect(fd, addr.__sockaddr__, len);
+  int err = errno;
+  if (rc == 0 || err == EINPROGRESS) {
+    int domain;
+    if (!c && !r2s__in_shim && fd_is_tcp(fd, &domain)) {
+      c = track(fd, domain, R2S_ROLE_CLIENT, (r2s__libc.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
+      if (c) R2S_STAT_INC(sockets_adopted);
+    }
+    if (c) {
+      r2s__conn_set_role(c, R2S_ROLE_CLIENT);
+      if (rc == 0) r2s__conn_established(c, fd);
+      else r2s__conn_connecting(c);
+    }
+  }
+  if (c) r2s__conn_put(c);
+  errno = err;
+  return rc;
+}
+
+static void accepted(r2s_conn_t *listener, int fd, int flags)
+{
+  int saved = errno;
+  int domain = listener ? listener->domain : -1;
+  if (listener || (!r2s__in_shim && fd_is_tcp(fd, &domain))) {
+    r2s_conn_t *c = track(fd, domain, R2S_ROLE_SERVER, flags & SOCK_NONBLOCK);
+    if (c) {
+      r2s__conn_established(c, fd);
+      r2s__conn_put(c);
+    }
+  }
+  errno = saved;
+}
+
+R2S_EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
+{
+  r2s_conn_t *l = wrap_lookup(fd);
+  int nfd = r2s__libc.accept(fd, addr.__sockaddr__, len);
+  if (nfd >= 0) accepted(l, nfd, 0);
+  if (l) wrap_put(l);
+  return nfd;
+}
+
+R2S_EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
+{
+  r2s_conn_t *l = wrap_lookup(fd);
+  int nfd = r2s__libc.accept4(fd, addr.__sockaddr__, len, flags);
+  if (nfd >= 0) accepted(l, nfd, flags);
+  if (l) wrap_put(l);
+  return nfd;
+}
+
+R2S_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+  r2s__ensure_init();
+  return r2s__libc.bind(fd, addr.__sockaddr__, len);
+}
+
+R2S_EXPORT int listen(int fd, int backlog)
+{
+  r2s_conn_t *c = wrap_lookup(fd);
+  int rc = r2s__libc.listen(fd, backlog);
+  if (c) {
+    if (rc == 0 && c->role != R2S_ROLE_LISTENER) {
+      r2s__conn_set_role(c, R2S_ROLE_LISTENER);
+      R2S_STAT_INC(listeners);
+    }
+    wrap_put(c);
+  }
+  return rc;
+}
+
+R2S_EXPORT int shutdown(int fd, int how)
+{
+  r2s__ensure_init();
+  return r2s__libc.shutdown(fd, how);
+}
+
+R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+  r2s__ensure_init();
+  return r2s__libc.setsockopt(fd, level, name, val, len);
+}
+
+R2S_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+  r2s_conn_t *c = wrap_lookup(fd);
+  int rc = r2s__libc.getsockopt(fd, level, name, val, len);
+  if (!c) return rc;
+  /* SO_ERROR == 0 after a nonblocking connect means "connected" only if the
+   * peer is known: while the handshake runs it is 0 as well. */
+  if (rc == 0 && level == SOL_SOCKET && name == SO_ERROR && *len >= sizeof(int) &&
+      *(int *)val == 0 && (r2s__conn_flags(c) & R2S_CONN_CONNECTING)) {
+    int saved = errno;
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (r2s__libc.getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) r2s__conn_established(c, fd);
+    errno = saved;
+  }
+  wrap_put(c);
+  return rc;
+}
+
+R2S_EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
+{
+  r2s__ensure_init();
+  return r2s__libc.getsockname(fd, addr.__sockaddr__, len);
+}
+
+R2S_EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
+{
+  r2s__ensure_init();
+  return r2s__libc.getpeername(fd, addr.__sockaddr__, len);
+}

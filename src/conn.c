@@ -1,0 +1,242 @@
+/* Connection objects: a type-stable pool, reference counts, and the one
+ * decision per connection of which path it takes. */
+#include "conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "libc.h"
+#include "log.h"
+#include "options.h"
+#include "stats.h"
+
+#define SLAB_OBJECTS 64
+
+/* The pool lock guards the free list and the live list; it is taken only
+ * when a connection is created or ends, never on the data path. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static r2s_conn_t *free_list;  /* linked through live_next */
+static r2s_conn_t *live_head;
+static unsigned live_count;
+static uint32_t next_id;
+
+static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
+static const char *const reason_names[] = {"", "disabled", "no-transport"};
+
+const char *r2s__path_name(r2s_path_t p)
+{
+  return (unsigned)p < R2S_PATH_COUNT ? path_names[p] : "?";
+}
+const char *r2s__reason_name(r2s_reason_t r)
+{
+  return (unsigned)r < sizeof reason_names / sizeof reason_names[0] ? reason_names[r] : "?";
+}
+
+/* Refills the free list with one slab; pool_lock held. Slabs are never
+ * unmapped: that is what keeps the objects type-stable. */
+static int grow_pool(void)
+{
+  r2s_conn_t *slab = mmap(NULL, SLAB_OBJECTS * sizeof *slab, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (slab == MAP_FAILED) return -errno;
+  for (int i = SLAB_OBJECTS - 1; i >= 0; i--) {
+    slab[i].live_next = free_list;
+    free_list = &slab[i];
+  }
+  return 0;
+}
+
+r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd)
+{
+  pthread_mutex_lock(&pool_lock);
+  if (!free_list && grow_pool() < 0) {
+    pthread_mutex_unlock(&pool_lock);
+    r2s__warn("out of memory for connection state; fd %d stays plain TCP", fd);
+    return NULL;
+  }
+  r2s_conn_t *c = free_list;
+  free_list = c->live_next;
+  /* refs is the only field a racing r2s__fd_get may touch: it is 0 here and
+   * published as 1 last, after the rest is initialised. */
+  memset((char *)c + sizeof c->refs, 0, sizeof *c - sizeof c->refs);
+  c->id = ++next_id;
+  c->domain = domain;
+  c->role = role;
+  c->fd_hint = fd;
+  c->path = R2S_PATH_TCP;
+  c->live_next = live_head;
+  if (live_head) live_head->live_prev = c;
+  live_head = c;
+  live_count++;
+  pthread_mutex_unlock(&pool_lock);
+  __atomic_store_n(&c->refs, 1, __ATOMIC_RELEASE);
+  return c;
+}
+
+static void fold_bytes(r2s_conn_t *c)
+{
+  static const r2s_stat_id_t tx_stat[R2S_PATH_COUNT] = {R2S_STAT_bytes_tcp_tx, R2S_STAT_bytes_shm_tx,
+                                                        R2S_STAT_bytes_rdma_tx};
+  static const r2s_stat_id_t rx_stat[R2S_PATH_COUNT] = {R2S_STAT_bytes_tcp_rx, R2S_STAT_bytes_shm_rx,
+                                                        R2S_STAT_bytes_rdma_rx};
+  for (int p = 0; p < R2S_PATH_COUNT; p++) {
+    r2s__stat_add(tx_stat[p], __atomic_exchange_n(&c->tx[p], 0, __ATOMIC_RELAXED));
+    r2s__stat_add(rx_stat[p], __atomic_exchange_n(&c->rx[p], 0, __ATOMIC_RELAXED));
+  }
+}
+
+static const char *format_addr(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+  char host[INET6_ADDRSTRLEN];
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    snprintf(buf, len, "%s:%u", host, ntohs(a->sin_port));
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    snprintf(buf, len, "[%s]:%u", host, ntohs(a->sin6_port));
+  } else {
+    snprintf(buf, len, "?");
+  }
+  return buf;
+}
+
+/* The one line per connection that LOG=info promises. */
+static void log_summary(r2s_conn_t *c)
+{
+  static const char *const role_names[] = {"socket", "listener", "client", "server"};
+  if (!(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED)) return; /* never carried a stream */
+  char l[64], p[64];
+  r2s_path_t path = r2s__conn_path(c);
+  uint64_t tx = 0, rx = 0;
+  for (int i = 0; i < R2S_PATH_COUNT; i++) {
+    tx += __atomic_load_n(&c->tx[i], __ATOMIC_RELAXED);
+    rx += __atomic_load_n(&c->rx[i], __ATOMIC_RELAXED);
+  }
+  r2s__info("conn %" PRIu32 " %s %s -> %s path=%s%s%s%s sent=%" PRIu64 " received=%" PRIu64, c->id,
+            role_names[c->role & 3], format_addr(&c->local, l, sizeof l),
+            format_addr(&c->peer, p, sizeof p), r2s__path_name(path),
+            c->reason ? " (" : "", r2s__reason_name((r2s_reason_t)c->reason), c->reason ? ")" : "",
+            tx, rx);
+}
+
+void r2s__conn_put(r2s_conn_t *c)
+{
+  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  if (r2s__log_level >= R2S_LOG_INFO) log_summary(c);
+  fold_bytes(c);
+  pthread_mutex_lock(&pool_lock);
+  if (c->live_prev) c->live_prev->live_next = c->live_next;
+  else live_head = c->live_next;
+  if (c->live_next) c->live_next->live_prev = c->live_prev;
+  live_count--;
+  c->live_prev = NULL;
+  c->live_next = free_list;
+  free_list = c;
+  pthread_mutex_unlock(&pool_lock);
+}
+
+void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role)
+{
+  __atomic_store_n(&c->role, (int)role, __ATOMIC_RELEASE);
+}
+
+void r2s__conn_connecting(r2s_conn_t *c)
+{
+  r2s__conn_set_flag(c, R2S_CONN_CONNECTING, true);
+}
+
+/* Addresses are only for the log line, so they are fetched (two syscalls)
+ * only when that line will be printed. */
+static void fill_addresses(r2s_conn_t *c, int fd)
+{
+  socklen_t len = sizeof c->local;
+  if (r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &len) < 0) c->local.ss_family = 0;
+  len = sizeof c->peer;
+  if (r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &len) < 0) c->peer.ss_family = 0;
+}
+
+/* The upgrade policy. Until a transport is built in, every connection
+ * stays on TCP; the reason says whether the user or the build decided. */
+static r2s_reason_t choose_path(r2s_conn_t *c, r2s_path_t *path)
+{
+  (void)c;
+  *path = R2S_PATH_TCP;
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return R2S_REASON_DISABLED;
+  return R2S_REASON_NO_TRANSPORT;
+}
+
+void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected)
+{
+  if (connected) {
+    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED, __ATOMIC_ACQ_REL);
+    if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
+  }
+  R2S_STAT_INC(sockets_adopted);
+}
+
+void r2s__conn_established(r2s_conn_t *c, int fd)
+{
+  uint32_t old = __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED, __ATOMIC_ACQ_REL);
+  if (old & R2S_CONN_ESTABLISHED) return;
+  r2s__conn_set_flag(c, R2S_CONN_CONNECTING, false);
+  R2S_STAT_INC(conn_seen);
+  if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
+  r2s_path_t path;
+  r2s_reason_t why = choose_path(c, &path);
+  c->reason = why;
+  __atomic_store_n(&c->path, (int)path, __ATOMIC_RELEASE);
+  R2S_STAT_INC(conn_tcp);
+  if (why == R2S_REASON_DISABLED) R2S_STAT_INC(tcp_disabled);
+  else if (why == R2S_REASON_NO_TRANSPORT) R2S_STAT_INC(tcp_no_transport);
+  r2s__debug("conn %" PRIu32 " fd %d established, path %s", c->id, fd, r2s__path_name(path));
+}
+
+void r2s__conn_fold_live(void)
+{
+  pthread_mutex_lock(&pool_lock);
+  for (r2s_conn_t *c = live_head; c; c = c->live_next) {
+    /* Connections the app never closed still get their line. */
+    if (r2s__log_level >= R2S_LOG_INFO) log_summary(c);
+    fold_bytes(c);
+  }
+  pthread_mutex_unlock(&pool_lock);
+}
+
+/* fork() runs these around the copy (pthread_atfork), so the child never
+ * inherits the pool lock held by a thread that does not exist there. */
+void r2s__conn_fork_prepare(void)
+{
+  pthread_mutex_lock(&pool_lock);
+}
+
+void r2s__conn_fork_parent(void)
+{
+  pthread_mutex_unlock(&pool_lock);
+}
+
+void r2s__conn_fork_child(void)
+{
+  pthread_mutex_unlock(&pool_lock);
+  for (r2s_conn_t *c = live_head; c; c = c->live_next) {
+    for (int p = 0; p < R2S_PATH_COUNT; p++) {
+      __atomic_store_n(&c->tx[p], 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&c->rx[p], 0, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+unsigned r2s__conn_live_count(void)
+{
+  pthread_mutex_lock(&pool_lock);
+  unsigned n = live_count;
+  pthread_mutex_unlock(&pool_lock);
+  return n;
+}

@@ -1,0 +1,145 @@
+/*
+ * conn.h - the shim's state for one TCP socket.
+ *
+ * Contract:
+ *  - One r2s_conn_t per kernel socket (open file description) the shim
+ *    tracks: created by socket(), accept() or adoption of an inherited TCP
+ *    socket; shared by every fd that dup() makes of it; ended when the last
+ *    reference goes.
+ *  - Reference counted: each fd-table slot holds one reference and each
+ *    call in progress holds one. r2s__conn_put() of the last reference folds
+ *    the connection's byte counts into the process stats, logs its one-line
+ *    summary (LOG=info) and recycles the memory.
+ *  - Memory is type-stable: a connection object is never returned to the
+ *    system, only recycled as another connection. That is what lets the fd
+ *    table hand out references without a lock (see fdtable.h): a reader that
+ *    raced with the last put sees refs == 0 and backs off, never freed memory.
+ *  - The path (TCP, SHM, RDMA) is chosen once, when the connection is
+ *    established (r2s__conn_established), and the reason it stayed on TCP is
+ *    counted there. Today no transport is built, so every connection stays on
+ *    TCP and the wrappers pass every call to the kernel.
+ *  - Functions return 0 or -errno and never touch errno.
+ */
+#ifndef R2S_CONN_H
+#define R2S_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+typedef enum { R2S_PATH_TCP = 0, R2S_PATH_SHM = 1, R2S_PATH_RDMA = 2, R2S_PATH_COUNT } r2s_path_t;
+
+typedef enum {
+  R2S_ROLE_SOCKET = 0, /* created, not yet connected or listening */
+  R2S_ROLE_LISTENER,
+  R2S_ROLE_CLIENT, /* connect() was called */
+  R2S_ROLE_SERVER, /* returned by accept() */
+} r2s_role_t;
+
+/* Why a connection stayed on TCP; each maps to one stats counter. */
+typedef enum {
+  R2S_REASON_NONE = 0,
+  R2S_REASON_DISABLED,     /* R2SOCK_UPGRADE=never */
+  R2S_REASON_NO_TRANSPORT, /* nothing to upgrade to in this build */
+} r2s_reason_t;
+
+/* flags */
+#define R2S_CONN_NONBLOCK 0x1u    /* O_NONBLOCK on the open file description */
+#define R2S_CONN_ESTABLISHED 0x2u /* connected (or accepted) and decided */
+#define R2S_CONN_CONNECTING 0x4u  /* nonblocking connect() in progress */
+
+typedef struct r2s_conn_s r2s_conn_t;
+struct r2s_conn_s {
+  uint32_t refs;  /* atomic */
+  uint32_t flags; /* atomic, R2S_CONN_* */
+  uint32_t id;    /* process-unique, for logs */
+  int domain;     /* AF_INET or AF_INET6 */
+  int role;       /* r2s_role_t, atomic */
+  int path;       /* r2s_path_t, atomic; fixed once established */
+  int reason;     /* r2s_reason_t, set with path */
+  int fd_hint;    /* an fd that referred to it, for logs */
+  /* Bytes moved, per path; relaxed atomics, folded into the stats at the end. */
+  uint64_t tx[R2S_PATH_COUNT];
+  uint64_t rx[R2S_PATH_COUNT];
+  struct sockaddr_storage local, peer; /* filled when established, for logs */
+  r2s_conn_t *live_prev, *live_next;   /* the pool's list of live objects */
+};
+
+/* A new connection object with one reference, or NULL when out of memory
+ * (the socket then simply goes untracked: plain TCP). */
+r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd);
+
+static inline void r2s__conn_ref(r2s_conn_t *c)
+{
+  __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+/* Takes a reference unless the object is already on its way out (refs == 0). */
+static inline bool r2s__conn_tryref(r2s_conn_t *c)
+{
+  uint32_t r = __atomic_load_n(&c->refs, __ATOMIC_RELAXED);
+  do {
+    if (r == 0) return false;
+  } while (!__atomic_compare_exchange_n(&c->refs, &r, r + 1, true, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED));
+  return true;
+}
+
+void r2s__conn_put(r2s_conn_t *c);
+
+static inline uint32_t r2s__conn_flags(const r2s_conn_t *c)
+{
+  return __atomic_load_n(&c->flags, __ATOMIC_ACQUIRE);
+}
+static inline void r2s__conn_set_flag(r2s_conn_t *c, uint32_t f, bool on)
+{
+  if (on) __atomic_fetch_or(&c->flags, f, __ATOMIC_ACQ_REL);
+  else __atomic_fetch_and(&c->flags, ~f, __ATOMIC_ACQ_REL);
+}
+static inline r2s_path_t r2s__conn_path(const r2s_conn_t *c)
+{
+  return (r2s_path_t)__atomic_load_n(&c->path, __ATOMIC_ACQUIRE);
+}
+static inline void r2s__conn_count_tx(r2s_conn_t *c, r2s_path_t p, long long n)
+{
+  if (n > 0) __atomic_fetch_add(&c->tx[p], (uint64_t)n, __ATOMIC_RELAXED);
+}
+static inline void r2s__conn_count_rx(r2s_conn_t *c, r2s_path_t p, long long n)
+{
+  if (n > 0) __atomic_fetch_add(&c->rx[p], (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role);
+
+/* The socket fd of c is now connected (connect returned 0, a nonblocking
+ * connect completed, or accept returned it): choose the path and count it.
+ * Runs once per connection; later calls return at once. */
+void r2s__conn_established(r2s_conn_t *c, int fd);
+
+/* A nonblocking connect() is in progress on c; the wrappers call
+ * r2s__conn_established when they see it complete. */
+void r2s__conn_connecting(r2s_conn_t *c);
+
+/* Folds the byte counts of every live connection into the process stats and
+ * zeroes them (so nothing is counted twice), logging the summary line of
+ * each at LOG=info: called at exit. */
+void r2s__conn_fold_live(void);
+
+/* A TCP socket the process had before the shim knew of it (inherited across
+ * exec): tracked from now on, on TCP, and counted as adopted, not as seen
+ * (its connection was established by the process that made it). */
+void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected);
+
+/* pthread_atfork handlers. In the child, inherited connections keep working,
+ * but the bytes the parent moved are the parent's, so their counts restart
+ * at zero. */
+void r2s__conn_fork_prepare(void);
+void r2s__conn_fork_parent(void);
+void r2s__conn_fork_child(void);
+
+/* Number of connection objects alive (for the tests and leak checks). */
+unsigned r2s__conn_live_count(void);
+
+const char *r2s__path_name(r2s_path_t p);
+const char *r2s__reason_name(r2s_reason_t r);
+
+#endif

@@ -1,0 +1,131 @@
+/* Start-up, fork handlers and the exit report. */
+#include "init.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "fdtable.h"
+#include "libc.h"
+#include "log.h"
+#include "options.h"
+#include "stats.h"
+
+int r2s__ready;
+__thread int r2s__in_shim;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+  r2s__conn_fork_prepare();
+}
+static void fork_parent(void)
+{
+  r2s__conn_fork_parent();
+}
+static void fork_child(void)
+{
+  r2s__conn_fork_child();
+  r2s__stats_reset();
+  R2S_STAT_INC(forks);
+}
+
+static int sockopt_int(int fd, int level, int name)
+{
+  int v = -1;
+  socklen_t len = sizeof v;
+  return r2s__libc.getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+/* TCP sockets that came through exec (a forking server that execs its
+ * worker, socket activation): track them like our own, on TCP. */
+static void adopt_inherited_sockets(void)
+{
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    long fd = strtol(e->d_name, &end, 10);
+    if (*end != '\0' || e->d_name[0] == '\0' || fd == self || fd < 0) continue;
+    struct stat st;
+    if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode)) continue;
+    int domain = sockopt_int((int)fd, SOL_SOCKET, SO_DOMAIN);
+    if ((domain != AF_INET && domain != AF_INET6) ||
+        sockopt_int((int)fd, SOL_SOCKET, SO_TYPE) != SOCK_STREAM ||
+        sockopt_int((int)fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP)
+      continue;
+    bool listening = sockopt_int((int)fd, SOL_SOCKET, SO_ACCEPTCONN) == 1;
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    bool connected = !listening && r2s__libc.getpeername((int)fd, (struct sockaddr *)&peer, &plen) == 0;
+    r2s_conn_t *c = r2s__conn_new(domain, listening ? R2S_ROLE_LISTENER : R2S_ROLE_SERVER, (int)fd);
+    if (!c) break;
+    int fl = r2s__libc.fcntl((int)fd, F_GETFL);
+    if (fl >= 0 && (fl & O_NONBLOCK)) r2s__conn_set_flag(c, R2S_CONN_NONBLOCK, true);
+    r2s__conn_adopted(c, (int)fd, connected);
+    r2s__fd_install((int)fd, c);
+    r2s__conn_put(c);
+    r2s__debug("adopted inherited TCP socket fd %ld (%s)", fd, listening ? "listener" : "stream");
+  }
+  closedir(d);
+}
+
+static void run_init(void)
+{
+  r2s__options_load();
+  if (r2s__fdtable_init() == 0) {
+    int rc = pthread_atfork(fork_prepare, fork_parent, fork_child);
+    if (rc != 0) r2s__warn("pthread_atfork failed (%d): fork() children may see stale state", rc);
+    adopt_inherited_sockets();
+  }
+  r2s__debug("ready: fd table for %u fds", r2s__fd_cap);
+  __atomic_store_n(&r2s__ready, 1, __ATOMIC_RELEASE);
+}
+
+void r2s__init_slow(void)
+{
+  if (r2s__in_shim) return; /* re-entered from our own start-up: pass through */
+  r2s__in_shim++;
+  if (!__atomic_load_n(&r2s__libc.read, __ATOMIC_ACQUIRE)) r2s__libc_load();
+  pthread_once(&init_once, run_init);
+  r2s__in_shim--;
+}
+
+__attribute__((constructor)) static void r2s_constructor(void)
+{
+  r2s__ensure_init();
+}
+
+/* The exit report. A destructor, not atexit(): it runs after the
+ * application's own atexit handlers, which may still move bytes. */
+__attribute__((destructor)) static void r2s_destructor(void)
+{
+  if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) return;
+  if (r2s__opt.stats || r2s__log_level >= R2S_LOG_INFO) r2s__conn_fold_live();
+  if (!r2s__opt.stats) return;
+  r2s_stats_t s;
+  r2s__stats_snapshot(&s);
+  char line[2048];
+  size_t n = r2s__stats_format(&s, line, sizeof line);
+  int fd = 2;
+  if (r2s__opt.stats_file) {
+    fd = open(r2s__opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      r2s__warn("cannot open R2SOCK_STATS_FILE %s: %s; printing on stderr", r2s__opt.stats_file,
+                strerror(errno));
+      fd = 2;
+    }
+  }
+  (void)r2s__write_all(fd, line, n);
+  if (fd != 2) r2s__libc.close(fd);
+}

@@ -1,0 +1,168 @@
+/* The R2SOCK_* options: typed parsing of one table, read once at init. */
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+r2s_options_t r2s__opt = {
+#define R2S_OPT_DEFAULT(NAME, field, type, def, doc) .field = def,
+    R2S_OPTIONS(R2S_OPT_DEFAULT)
+#undef R2S_OPT_DEFAULT
+};
+
+bool r2s__parse_bool(const char *s, bool *out)
+{
+  static const char *const yes[] = {"1", "y", "yes", "on", "true"};
+  static const char *const no[] = {"0", "n", "no", "off", "false"};
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+    if (strcasecmp(s, yes[i]) == 0) return *out = true, true;
+    if (strcasecmp(s, no[i]) == 0) return *out = false, true;
+  }
+  return false;
+}
+
+bool r2s__parse_size(const char *s, uint64_t *out)
+{
+  if (!isdigit((unsigned char)s[0])) return false; /* strtoull would take "-1" */
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+  case 'K': shift = 10; break;
+  case 'M': shift = 20; break;
+  case 'G': shift = 30; break;
+  case '\0': break;
+  default: return false;
+  }
+  if (shift) {
+    end++;
+    if (toupper((unsigned char)*end) == 'I') end++; /* KiB, MiB, GiB */
+    if (toupper((unsigned char)*end) == 'B') end++;
+  }
+  if (*end != '\0') return false;
+  if (shift && v > (UINT64_MAX >> shift)) return false;
+  *out = (uint64_t)v << shift;
+  return true;
+}
+
+bool r2s__parse_level(const char *s, int *out)
+{
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  for (int i = 0; i < 4; i++) {
+    if (strcasecmp(s, names[i]) == 0) return *out = i, true;
+  }
+  if (strcasecmp(s, "warning") == 0) return *out = R2S_LOG_WARN, true;
+  if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0') return *out = s[0] - '0', true;
+  return false;
+}
+
+bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out)
+{
+  uint64_t n;
+  if (strcasecmp(s, "never") == 0) {
+    *out = (r2s_opt_upgrade_t){R2S_UPGRADE_NEVER, 0};
+  } else if (strcasecmp(s, "auto") == 0) {
+    *out = (r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0};
+  } else if (r2s__parse_size(s, &n)) {
+    *out = n ? (r2s_opt_upgrade_t){R2S_UPGRADE_AFTER, n} : (r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len)
+{
+  if (v->mode == R2S_UPGRADE_NEVER) snprintf(buf, len, "never");
+  else if (v->mode == R2S_UPGRADE_AUTO) snprintf(buf, len, "auto");
+  else snprintf(buf, len, "after %" PRIu64 " bytes", v->after_bytes);
+  return buf;
+}
+
+static bool parse_string(const char *s, const char **out)
+{
+  if (s[0] == '\0') return false;
+  *out = s; /* environ outlives the shim's use of it */
+  return true;
+}
+
+/* Adapters with one name per option type, so the table can dispatch on it. */
+#define parse_bool r2s__parse_bool
+#define parse_level r2s__parse_level
+#define parse_upgrade r2s__parse_upgrade
+
+static const char *format_bool(const bool *v, char *b, size_t n) { snprintf(b, n, "%d", *v); return b; }
+static const char *format_level(const int *v, char *b, size_t n) { snprintf(b, n, "%d", *v); return b; }
+static const char *format_string(const char *const *v, char *b, size_t n)
+{
+  snprintf(b, n, "%s", *v ? *v : "(unset)");
+  return b;
+}
+#define format_upgrade r2s__format_upgrade
+
+static const char *const accepted_level = "error, warn, info, debug or 0-3";
+static const char *const accepted_bool = "1/0, yes/no, on/off, true/false";
+static const char *const accepted_string = "a non-empty string";
+static const char *const accepted_upgrade = "never, auto or a size such as 64K";
+
+/* True if name (after "R2SOCK_", up to '=') is in the table. */
+static bool known_name(const char *name, size_t len)
+{
+#define R2S_OPT_KNOWN(NAME, field, type, def, doc) \
+  if (len == sizeof(#NAME) - 1 && memcmp(name, #NAME, len) == 0) return true;
+  R2S_OPTIONS(R2S_OPT_KNOWN)
+#undef R2S_OPT_KNOWN
+  return false;
+}
+
+extern char **environ;
+
+void r2s__options_load(void)
+{
+  const char *origin[32];
+  int i = 0;
+  const char *v;
+#define R2S_OPT_READ(NAME, field, type, def, doc)                                           \
+  origin[i] = "default";                                                                  \
+  if ((v = getenv("R2SOCK_" #NAME)) != NULL) {                                            \
+    if (parse_##type(v, &r2s__opt.field)) origin[i] = "environment";                      \
+    else r2s__warn("R2SOCK_" #NAME "=%s is not valid (expected %s); keeping the default", \
+                   v, accepted_##type);                                                   \
+  }                                                                                       \
+  i++;
+  R2S_OPTIONS(R2S_OPT_READ)
+#undef R2S_OPT_READ
+
+  if (r2s__opt.stats_file) r2s__opt.stats = true;
+  if (r2s__opt.verbose && r2s__opt.log_level < R2S_LOG_INFO) r2s__opt.log_level = R2S_LOG_INFO;
+  r2s__log_level = r2s__opt.log_level;
+
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "R2SOCK_", 7) != 0) continue;
+    const char *name = *e + 7, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    /* Info, not a warning: test harnesses and launchers keep their own
+     * R2SOCK_* variables (R2SOCK_LIB, ...) in the environment of the app. */
+    if (!known_name(name, len)) r2s__info("%.*s is not an option; ignored", (int)(len + 7), *e);
+  }
+
+  if (r2s__opt.verbose) {
+    char buf[64];
+    i = 0;
+#define R2S_OPT_PRINT(NAME, field, type, def, doc)                                     \
+    r2s__info("option R2SOCK_%-11s = %-12s (%s)  %s", #NAME,                           \
+              format_##type(&r2s__opt.field, buf, sizeof buf), origin[i], doc);        \
+    i++;
+    R2S_OPTIONS(R2S_OPT_PRINT)
+#undef R2S_OPT_PRINT
+  }
+}

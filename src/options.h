@@ -1,0 +1,66 @@
+/*
+ * options.h - the one table of R2SOCK_* settings.
+ *
+ * Contract:
+ *  - Every setting is one row of R2S_OPTIONS: environment name (without the
+ *    R2SOCK_ prefix), field in r2s__opt, type, default and a one-line doc.
+ *    Nothing else in the shim calls getenv.
+ *  - r2s__options_load() runs once, at init, before any connection exists;
+ *    afterwards r2s__opt is read-only and may be read without locks.
+ *  - A value that does not parse warns once (naming the variable, the value
+ *    and what is accepted) and keeps the default. An unknown R2SOCK_* name
+ *  - With R2SOCK_VERBOSE=1 every option is printed with its value and origin,
+ *    and R2SOCK_* names that are not options are listed (typos).
+ */
+#ifndef R2S_OPTIONS_H
+#define R2S_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* When a connection may move off kernel TCP. */
+typedef enum { R2S_UPGRADE_NEVER = 0, R2S_UPGRADE_AUTO = 1, R2S_UPGRADE_AFTER = 2 } r2s_upgrade_mode_t;
+typedef struct r2s_opt_upgrade_s {
+  r2s_upgrade_mode_t mode;
+  uint64_t after_bytes; /* R2S_UPGRADE_AFTER: bytes moved over TCP first */
+} r2s_opt_upgrade_t;
+
+typedef int r2s_opt_level_t;
+typedef bool r2s_opt_bool_t;
+typedef const char *r2s_opt_string_t;
+
+/* X(NAME, field, type, default, doc) */
+#define R2S_OPTIONS(X)                                                                          \
+  X(LOG, log_level, level, 1,                                                                   \
+    "messages on stderr: error, warn, info (one line per connection), debug; or 0-3")            \
+  X(VERBOSE, verbose, bool, false,                                                              \
+    "print every option at start-up and raise LOG to at least info")                             \
+  X(STATS, stats, bool, false, "print the counters on stderr when the process exits")           \
+  X(STATS_FILE, stats_file, string, NULL,                                                       \
+    "append the exit counters to this file instead (implies STATS)")                              \
+  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0}),                      \
+    "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")
+
+typedef struct r2s_options_s {
+#define R2S_OPT_FIELD(NAME, field, type, def, doc) r2s_opt_##type##_t field;
+  R2S_OPTIONS(R2S_OPT_FIELD)
+#undef R2S_OPT_FIELD
+} r2s_options_t;
+
+extern r2s_options_t r2s__opt;
+
+/* Reads the environment into r2s__opt; warnings go to the log. */
+void r2s__options_load(void);
+
+/* Parsers, exposed for the unit tests: return true and set *out on success,
+ * false (and leave *out alone) on a bad value. */
+bool r2s__parse_bool(const char *s, bool *out);
+bool r2s__parse_size(const char *s, uint64_t *out);
+bool r2s__parse_level(const char *s, int *out);
+bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out);
+
+/* Formats the value of one option for printing; returns buf. */
+const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len);
+
+#endif

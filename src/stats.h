@@ -1,0 +1,71 @@
+/*
+ * stats.h - process-wide counters.
+ *
+ * Contract:
+ *  - Every counter is one row of R2S_STATS (name, doc); the struct, the names
+ *    and the printer are generated from it, so a counter is added in one place.
+ *  - Counters are 64-bit, updated with relaxed atomics: they are statistics,
+ *    never used for synchronisation. Hot per-byte counting happens in each
+ *    connection and is folded in here when the connection ends (and for live
+ *    connections when the process exits), so no cache line is shared by all
+ *    threads on the data path.
+ *  - The exit line has one fixed, parseable format, one line per process:
+ *        r2sock[PID] stats: name=value name=value ...
+ *    Tests and tools parse it; change it only together with them.
+ */
+#ifndef R2S_STATS_H
+#define R2S_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* X(name, doc) */
+#define R2S_STATS(X)                                                              \
+  X(conn_seen, "TCP connections established through connect or accept")           \
+  X(conn_tcp, "connections that stayed on kernel TCP")                            \
+  X(conn_shm, "connections upgraded to shared memory")                            \
+  X(conn_rdma, "connections upgraded to RDMA")                                    \
+  X(tcp_disabled, "stayed on TCP because R2SOCK_UPGRADE=never")                   \
+  X(tcp_no_transport, "stayed on TCP because this build has no transport to offer") \
+  X(listeners, "TCP sockets that listened")                                       \
+  X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of") \
+  X(bytes_tcp_tx, "payload bytes sent over kernel TCP on tracked connections")    \
+  X(bytes_tcp_rx, "payload bytes received over kernel TCP on tracked connections") \
+  X(bytes_shm_tx, "payload bytes sent through shared memory")                     \
+  X(bytes_shm_rx, "payload bytes received through shared memory")                 \
+  X(bytes_rdma_tx, "payload bytes sent over RDMA")                                \
+  X(bytes_rdma_rx, "payload bytes received over RDMA")                            \
+  X(forks, "fork() calls that returned in the child")
+
+typedef enum {
+#define R2S_STAT_ENUM(name, doc) R2S_STAT_##name,
+  R2S_STATS(R2S_STAT_ENUM)
+#undef R2S_STAT_ENUM
+  R2S_STAT_COUNT
+} r2s_stat_id_t;
+
+typedef struct r2s_stats_s {
+  uint64_t v[R2S_STAT_COUNT];
+} r2s_stats_t;
+
+extern r2s_stats_t r2s__stats;
+
+static inline void r2s__stat_add(r2s_stat_id_t id, uint64_t n)
+{
+  __atomic_fetch_add(&r2s__stats.v[id], n, __ATOMIC_RELAXED);
+}
+#define R2S_STAT_INC(name) r2s__stat_add(R2S_STAT_##name, 1)
+
+const char *r2s__stat_name(r2s_stat_id_t id);
+
+/* Copies the counters (relaxed loads) into *out. */
+void r2s__stats_snapshot(r2s_stats_t *out);
+
+/* Zeroes every counter: the child of a fork starts its own account. */
+void r2s__stats_reset(void);
+
+/* Formats "r2sock[PID] stats: a=1 b=2 ...\n" into buf; returns the length,
+ * truncated at len-1 (the buffer in use is sized for every counter). */
+size_t r2s__stats_format(const r2s_stats_t *s, char *buf, size_t len);
+
+#endif
