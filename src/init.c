@@ -22,6 +22,9 @@ int r2s__ready;
 __thread int r2s__in_shim;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+/* Who started the shim, for the debug log (and the test that checks that a
+ * call made before the shim's constructor starts it correctly). */
+static const char *init_origin = "the first interposed call";
 
 static void fork_prepare(void)
 {
@@ -88,7 +91,7 @@ static void run_init(void)
     if (rc != 0) r2s__warn("pthread_atfork failed (%d): fork() children may see stale state", rc);
     adopt_inherited_sockets();
   }
-  r2s__debug("ready: fd table for %u fds", r2s__fd_cap);
+  r2s__debug("ready (started by %s): fd table for %u fds", init_origin, r2s__fd_cap);
   __atomic_store_n(&r2s__ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -103,6 +106,7 @@ void r2s__init_slow(void)
 
 __attribute__((constructor)) static void r2s_constructor(void)
 {
+  if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) init_origin = "its constructor";
   r2s__ensure_init();
 }
 

@@ -9,6 +9,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "libc.h"
 #include "log.h"
 
 r2s_options_t r2s__opt = {
@@ -91,7 +95,7 @@ const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t le
 static bool parse_string(const char *s, const char **out)
 {
   if (s[0] == '\0') return false;
-  *out = s; /* environ outlives the shim's use of it */
+  *out = s; /* the environment strings outlive the shim's use of them */
   return true;
 }
 
@@ -126,14 +130,49 @@ static bool known_name(const char *name, size_t len)
 
 extern char **environ;
 
+/* The environment the process started with. When the first call into the
+ * shim comes very early (an executable's preinit_array, a library with
+ * DF_1_INITFIRST), libc has not set environ yet; the kernel's copy in
+ * /proc/self/environ is the same strings, so they are read from there. */
+static char **startup_environment(void)
+{
+  static char buf[64 << 10];
+  static char *vec[512];
+  if (environ && environ[0]) return environ;
+  int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof buf - 1 && (n = r2s__libc.read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+    len += (size_t)n;
+  r2s__libc.close(fd);
+  buf[len] = '\0';
+  size_t k = 0;
+  for (size_t off = 0; off < len && k < sizeof vec / sizeof vec[0] - 1; off += strlen(buf + off) + 1)
+    vec[k++] = buf + off;
+  vec[k] = NULL;
+  return vec;
+}
+
+static const char *env_get(char **env, const char *name)
+{
+  size_t len = strlen(name);
+  for (; env && *env; env++)
+    if (strncmp(*env, name, len) == 0 && (*env)[len] == '=') return *env + len + 1;
+  return NULL;
+}
+
 void r2s__options_load(void)
 {
-  const char *origin[32];
+#define R2S_OPT_ONE(NAME, field, type, def, doc) +1
+  const char *origin[0 R2S_OPTIONS(R2S_OPT_ONE)];
+#undef R2S_OPT_ONE
   int i = 0;
   const char *v;
+  char **env = startup_environment();
 #define R2S_OPT_READ(NAME, field, type, def, doc)                                           \
   origin[i] = "default";                                                                  \
-  if ((v = getenv("R2SOCK_" #NAME)) != NULL) {                                            \
+  if ((v = env_get(env, "R2SOCK_" #NAME)) != NULL) {                                      \
     if (parse_##type(v, &r2s__opt.field)) origin[i] = "environment";                      \
     else r2s__warn("R2SOCK_" #NAME "=%s is not valid (expected %s); keeping the default", \
                    v, accepted_##type);                                                   \
@@ -146,7 +185,7 @@ void r2s__options_load(void)
   if (r2s__opt.verbose && r2s__opt.log_level < R2S_LOG_INFO) r2s__opt.log_level = R2S_LOG_INFO;
   r2s__log_level = r2s__opt.log_level;
 
-  for (char **e = environ; e && *e; e++) {
+  for (char **e = env; e && *e; e++) {
     if (strncmp(*e, "R2SOCK_", 7) != 0) continue;
     const char *name = *e + 7, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);

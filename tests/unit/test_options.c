@@ -1,0 +1,116 @@
+/* Typed parsing of the R2SOCK_* options, and loading from the environment. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "log.h"
+#include "options.h"
+
+static void test_bool(void **state)
+{
+  (void)state;
+  bool b = false;
+  const char *yes[] = {"1", "yes", "ON", "true", "Y"}, *no[] = {"0", "no", "off", "FALSE", "n"};
+  for (int i = 0; i < 5; i++) {
+    assert_true(r2s__parse_bool(yes[i], &b));
+    assert_true(b);
+    assert_true(r2s__parse_bool(no[i], &b));
+    assert_false(b);
+  }
+  b = true;
+  assert_false(r2s__parse_bool("2", &b));
+  assert_false(r2s__parse_bool("", &b));
+  assert_false(r2s__parse_bool("yess", &b));
+  assert_true(b); /* a bad value leaves the output alone */
+}
+
+static void test_size(void **state)
+{
+  (void)state;
+  uint64_t v = 7;
+  assert_true(r2s__parse_size("0", &v));
+  assert_int_equal(v, 0);
+  assert_true(r2s__parse_size("4096", &v));
+  assert_int_equal(v, 4096);
+  assert_true(r2s__parse_size("64K", &v));
+  assert_int_equal(v, 65536);
+  assert_true(r2s__parse_size("64k", &v));
+  assert_int_equal(v, 65536);
+  assert_true(r2s__parse_size("2MiB", &v));
+  assert_int_equal(v, 2u << 20);
+  assert_true(r2s__parse_size("3G", &v));
+  assert_int_equal(v, 3ull << 30);
+  assert_true(r2s__parse_size("1KB", &v));
+  assert_int_equal(v, 1024);
+  v = 7;
+  const char *bad[] = {"", "-1", "K", "12X", "1.5M", " 1", "1 ", "99999999999999999999",
+                       "17179869184G" /* 2^34 G overflows 64 bits */, "4KiBB"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_false(r2s__parse_size(bad[i], &v));
+    assert_int_equal(v, 7);
+  }
+}
+
+static void test_level(void **state)
+{
+  (void)state;
+  int l = -1;
+  assert_true(r2s__parse_level("debug", &l));
+  assert_int_equal(l, R2S_LOG_DEBUG);
+  assert_true(r2s__parse_level("WARNING", &l));
+  assert_int_equal(l, R2S_LOG_WARN);
+  assert_true(r2s__parse_level("2", &l));
+  assert_int_equal(l, R2S_LOG_INFO);
+  assert_false(r2s__parse_level("4", &l));
+  assert_false(r2s__parse_level("loud", &l));
+  assert_int_equal(l, R2S_LOG_INFO);
+}
+
+static void test_upgrade(void **state)
+{
+  (void)state;
+  r2s_opt_upgrade_t u = {R2S_UPGRADE_AUTO, 0};
+  char buf[64];
+  assert_true(r2s__parse_upgrade("never", &u));
+  assert_int_equal(u.mode, R2S_UPGRADE_NEVER);
+  assert_true(r2s__parse_upgrade("64K", &u));
+  assert_int_equal(u.mode, R2S_UPGRADE_AFTER);
+  assert_int_equal(u.after_bytes, 65536);
+  assert_string_equal(r2s__format_upgrade(&u, buf, sizeof buf), "after 65536 bytes");
+  assert_true(r2s__parse_upgrade("0", &u)); /* after 0 bytes is at once */
+  assert_int_equal(u.mode, R2S_UPGRADE_AUTO);
+  assert_false(r2s__parse_upgrade("sometimes", &u));
+  assert_int_equal(u.mode, R2S_UPGRADE_AUTO);
+}
+
+static void test_load_from_environment(void **state)
+{
+  (void)state;
+  r2s_options_t defaults = r2s__opt;
+  setenv("R2SOCK_UPGRADE", "1M", 1);
+  setenv("R2SOCK_STATS_FILE", "/tmp/x", 1);
+  setenv("R2SOCK_LOG", "loud", 1); /* bad: warns, keeps the default */
+  r2s__options_load();
+  assert_int_equal(r2s__opt.upgrade.mode, R2S_UPGRADE_AFTER);
+  assert_int_equal(r2s__opt.upgrade.after_bytes, 1u << 20);
+  assert_string_equal(r2s__opt.stats_file, "/tmp/x");
+  assert_true(r2s__opt.stats); /* STATS_FILE implies STATS */
+  assert_int_equal(r2s__opt.log_level, defaults.log_level);
+  unsetenv("R2SOCK_UPGRADE");
+  unsetenv("R2SOCK_STATS_FILE");
+  unsetenv("R2SOCK_LOG");
+  r2s__opt = defaults;
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bool),  cmocka_unit_test(test_size),
+      cmocka_unit_test(test_level), cmocka_unit_test(test_upgrade),
+      cmocka_unit_test(test_load_from_environment),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
