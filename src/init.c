@@ -119,6 +119,11 @@ __attribute__((destructor)) static void r2s_destructor(void)
   if (!r2s__opt.stats) return;
   r2s_stats_t s;
   r2s__stats_snapshot(&s);
+  /* A process that never touched a TCP socket (a shell, a compiler run under
+   * the preload) has nothing to report. */
+  uint64_t any = 0;
+  for (int i = 0; i < R2S_STAT_COUNT; i++) any |= s.v[i];
+  if (!any) return;
   char line[2048];
   size_t n = r2s__stats_format(&s, line, sizeof line);
   int fd = 2;
