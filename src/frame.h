@@ -1,0 +1,96 @@
+/*
+ * frame.h - the bytes r2sock puts on a TCP stream after a direction switched.
+ *
+ * Contract (docs/protocol.md is the normative text):
+ *  - Before the switch a direction carries only application bytes, plus the
+ *    urgent hello (R2S_HELLO_BYTE) at position 0. At the switch mark
+ *    (urgent R2S_SWITCH_BYTE) the direction starts carrying frames, and never
+ *    goes back.
+ *  - A frame is an 8-byte header (type, flags, 2 reserved bytes that must be
+ *    0, u32 little-endian payload length) and the payload.
+ *  - Parsers take bytes from the peer, who may lie: every length is checked
+ *    against what was received and against a per-type limit before use, and
+ *    nothing is read past the buffer given. They return 0, -EAGAIN (a
+ *    well-formed prefix: more bytes needed) or -EPROTO (malformed: the
+ *    connection must be reset), or -EPROTONOSUPPORT for a version we do not
+ *    speak.
+ *  - Encoders never write past `cap` and return the length or -ENOSPC.
+ */
+#ifndef R2S_FRAME_H
+#define R2S_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define R2S_PROTO_VERSION 1
+#define R2S_HELLO_BYTE 0x48  /* 'H', urgent, position 0 of each direction */
+#define R2S_SWITCH_BYTE 0x55 /* 'U', urgent, where a direction turns to frames */
+
+enum {
+  R2S_FRAME_HANDSHAKE = 1, /* version, host identity, transport offers */
+  R2S_FRAME_DATA = 2,      /* application bytes over TCP */
+  R2S_FRAME_RING = 3,      /* application bytes continue in the ring at offset u64 */
+  R2S_FRAME_DOORBELL = 4,  /* the receiver may have slept: look at the ring */
+  R2S_FRAME_CREDIT = 5,    /* consumer index u64 */
+  R2S_FRAME_FIN = 6,       /* no more bytes after ring offset u64 */
+  R2S_FRAME_DECLINE = 7,   /* reason u64: keep using DATA frames */
+  R2S_FRAME_TYPE_MAX = 7
+};
+
+#define R2S_FRAME_HDR_LEN 8
+#define R2S_FRAME_CTRL_MAX (64u << 10) /* payload limit of control frames */
+#define R2S_FRAME_DATA_MAX (256u << 10)
+
+typedef struct r2s_frame_hdr_s {
+  uint8_t type;
+  uint8_t flags;
+  uint32_t len; /* payload bytes after the header */
+} r2s_frame_hdr_t;
+
+/* Parses a header from the first n bytes of buf (n may be short). */
+int r2s__frame_hdr_parse(const uint8_t *buf, size_t n, r2s_frame_hdr_t *out);
+/* Writes a header; cap must be >= R2S_FRAME_HDR_LEN. */
+int r2s__frame_hdr_put(uint8_t *buf, size_t cap, uint8_t type, uint32_t len);
+
+/* Transports a handshake may offer. */
+enum { R2S_OFFER_SHM = 1, R2S_OFFER_RDMA = 2 };
+
+#define R2S_SHM_NAME_MAX 64
+
+typedef struct r2s_offer_shm_s {
+  char name[R2S_SHM_NAME_MAX]; /* NUL-terminated shm_open name, "/r2s-..." */
+  uint64_t ring_size;          /* data bytes of the offered receive ring */
+} r2s_offer_shm_t;
+
+typedef struct r2s_offer_rdma_s {
+  uint32_t qpn, psn;
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t mtu; /* enum ibv_mtu */
+  uint64_t ring_addr, ring_size;
+  uint32_t ring_rkey;
+  uint64_t credit_addr;
+  uint32_t credit_rkey;
+} r2s_offer_rdma_t;
+
+typedef struct r2s_handshake_s {
+  uint16_t version, min_version;
+  uint32_t caps;
+  uint8_t boot_id[16]; /* host identity: same boot id and netns = same host */
+  uint64_t netns;
+  unsigned has_shm : 1, has_rdma : 1;
+  r2s_offer_shm_t shm;
+  r2s_offer_rdma_t rdma;
+} r2s_handshake_t;
+
+/* The whole HANDSHAKE frame (header included) into buf; returns its length. */
+int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap);
+/* Decodes a HANDSHAKE payload of exactly len bytes (header already parsed).
+ * Unknown offer kinds are skipped (forward compatibility). */
+int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out);
+
+/* Frames whose payload is one u64: RING, CREDIT, FIN, DECLINE. */
+int r2s__frame_u64_encode(uint8_t type, uint64_t v, uint8_t *buf, size_t cap);
+int r2s__frame_u64_decode(const uint8_t *payload, size_t len, uint64_t *v);
+
+#endif

@@ -1,0 +1,108 @@
+/* The SPSC byte ring: two memcpys around each wrap, indices checked. */
+#include "ring.h"
+
+#include <errno.h>
+#include <string.h>
+
+void r2s__ring_format(void *mem, uint64_t size)
+{
+  (void)size;
+  memset(mem, 0, sizeof(r2s_ring_ctl_t));
+}
+
+int r2s__ring_attach(r2s_ring_t *r, void *mem, uint64_t size)
+{
+  if (size < 4096 || (size & (size - 1)) != 0) return -EINVAL;
+  r->ctl = mem;
+  r->data = (uint8_t *)mem + R2S_RING_CTL_SIZE;
+  r->size = size;
+  r->mask = size - 1;
+  r->head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
+  r->tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_ACQUIRE);
+  if (r->tail - r->head > size) return -EINVAL;
+  return 0;
+}
+
+ssize_t r2s__ring_space(r2s_ring_t *r)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);
+  /* The consumer may only move head forward, and never past our tail. */
+  if (head - r->head > r->tail - r->head) return -EPROTO;
+  r->head = head;
+  return (ssize_t)(r->size - (r->tail - head));
+}
+
+ssize_t r2s__ring_avail(r2s_ring_t *r)
+{
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_ACQUIRE);
+  /* The producer may only move tail forward, and never more than a ring
+   * ahead of what we consumed. */
+  if (tail - r->head > r->size || tail - r->tail > r->size) return -EPROTO;
+  r->tail = tail;
+  return (ssize_t)(tail - r->head);
+}
+
+/* Copies len bytes between the ring at index idx and buf, in up to two
+ * pieces around the wrap. */
+static void copy_in(r2s_ring_t *r, uint64_t idx, const uint8_t *src, size_t len)
+{
+  size_t off = (size_t)(idx & r->mask), first = r->size - off;
+  if (first >= len) {
+    memcpy(r->data + off, src, len);
+  } else {
+    memcpy(r->data + off, src, first);
+    memcpy(r->data, src + first, len - first);
+  }
+}
+
+static void copy_out(r2s_ring_t *r, uint64_t idx, uint8_t *dst, size_t len)
+{
+  size_t off = (size_t)(idx & r->mask), first = r->size - off;
+  if (first >= len) {
+    memcpy(dst, r->data + off, len);
+  } else {
+    memcpy(dst, r->data + off, first);
+    memcpy(dst + first, r->data, len - first);
+  }
+}
+
+ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t skip, size_t max)
+{
+  ssize_t space = r2s__ring_space(r);
+  if (space < 0) return space;
+  size_t room = (size_t)space < max ? (size_t)space : max, done = 0;
+  for (int i = 0; i < cnt && done < room; i++) {
+    size_t len = iov[i].iov_len;
+    if (skip >= len) {
+      skip -= len;
+      continue;
+    }
+    size_t n = len - skip;
+    if (n > room - done) n = room - done;
+    copy_in(r, r->tail + done, (const uint8_t *)iov[i].iov_base + skip, n);
+    done += n;
+    skip = 0;
+  }
+  if (done) {
+    r->tail += done;
+    __atomic_store_n(&r->ctl->tail, r->tail, __ATOMIC_RELEASE);
+  }
+  return (ssize_t)done;
+}
+
+ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t max, bool peek)
+{
+  ssize_t avail = r2s__ring_avail(r);
+  if (avail < 0) return avail;
+  size_t want = (size_t)avail < max ? (size_t)avail : max, done = 0;
+  for (int i = 0; i < cnt && done < want; i++) {
+    size_t n = iov[i].iov_len < want - done ? iov[i].iov_len : want - done;
+    copy_out(r, r->head + done, iov[i].iov_base, n);
+    done += n;
+  }
+  if (done && !peek) {
+    r->head += done;
+    __atomic_store_n(&r->ctl->head, r->head, __ATOMIC_RELEASE);
+  }
+  return (ssize_t)done;
+}

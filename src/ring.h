@@ -1,0 +1,83 @@
+/*
+ * ring.h - a single-producer, single-consumer byte ring in memory that both
+ * ends of a connection can touch (a shared-memory segment today, a
+ * registered RDMA buffer with the same layout next).
+ *
+ * Contract:
+ *  - Layout: one page of control (r2s_ring_ctl_t) followed by `size` data
+ *    bytes, size a power of two. head and tail count bytes since the start,
+ *    never wrap in practice (2^64), and index the data modulo size.
+ *  - The producer writes data, then publishes tail with a release store;
+ *    the consumer reads tail with an acquire load, copies, then publishes
+ *    head with a release store. head is the credit: the producer may write
+ *    up to head + size.
+ *  - The other end may be hostile or broken: every index read from shared
+ *    memory is checked (head <= tail <= head + size, monotonic) before it
+ *    is used to address memory, and a bad one returns -EPROTO, after which
+ *    the connection must be reset. Addresses are always computed from the
+ *    local view (base, mask), never from shared memory.
+ *  - The *_sleeping words carry the wake-up protocol: a side that is about
+ *    to sleep sets its word, then re-checks the ring; the other side, after
+ *    publishing, reads the word and rings the doorbell if it is set
+ *    (sequentially consistent on both sides, so one of them always sees the
+ *    other).
+ *  - r2s_ring_t is the local, private view; only *ctl and *data are shared.
+ */
+#ifndef R2S_RING_H
+#define R2S_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define R2S_RING_CTL_SIZE 4096u
+
+typedef struct r2s_ring_ctl_s {
+  /* producer-written line */
+  uint64_t tail;
+  uint32_t producer_sleeping; /* waiting for credits */
+  uint32_t producer_closed;   /* no more bytes will come after tail */
+  uint8_t pad0[64 - 16];
+  /* consumer-written line */
+  uint64_t head;
+  uint32_t consumer_sleeping; /* waiting for bytes */
+  uint32_t consumer_closed;   /* the reader is gone: writes fail with EPIPE */
+  uint8_t pad1[64 - 16];
+} r2s_ring_ctl_t;
+
+typedef struct r2s_ring_s {
+  r2s_ring_ctl_t *ctl;
+  uint8_t *data;
+  uint64_t size, mask;
+  uint64_t head, tail; /* this side's own view, checked against ctl */
+} r2s_ring_t;
+
+/* Bytes a mapping of a ring with `size` data bytes needs. */
+static inline size_t r2s__ring_bytes(uint64_t size)
+{
+  return R2S_RING_CTL_SIZE + (size_t)size;
+}
+
+/* Prepares fresh memory (the owner, before it offers the ring). */
+void r2s__ring_format(void *mem, uint64_t size);
+
+/* Builds the local view; size must be a power of two >= 4096. Returns 0 or
+ * -EINVAL. The view starts at the indices found in memory. */
+int r2s__ring_attach(r2s_ring_t *r, void *mem, uint64_t size);
+
+/* Producer: free space (>= 0), or -EPROTO if the consumer's head is bogus. */
+ssize_t r2s__ring_space(r2s_ring_t *r);
+/* Producer: copies up to max bytes from iov (skipping the first `skip`
+ * bytes of it), as many as fit, publishes them; returns the count or
+ * -EPROTO. */
+ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t skip, size_t max);
+
+/* Consumer: bytes ready (>= 0), or -EPROTO if the producer's tail is bogus. */
+ssize_t r2s__ring_avail(r2s_ring_t *r);
+/* Consumer: copies up to max bytes into iov; advances head unless peek.
+ * Returns the count or -EPROTO. */
+ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t max, bool peek);
+
+#endif

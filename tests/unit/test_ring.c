@@ -1,0 +1,186 @@
+/* The SPSC byte ring: wrap-around, iovecs, peeking, a full ring, hostile
+ * indices, and a producer and consumer thread moving checksummed bytes. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ring.h"
+
+#define SIZE 4096u
+
+static void *mem;
+
+static int setup(void **state)
+{
+  (void)state;
+  mem = aligned_alloc(4096, r2s__ring_bytes(SIZE));
+  if (!mem) return -1;
+  r2s__ring_format(mem, SIZE);
+  return 0;
+}
+
+static int teardown(void **state)
+{
+  (void)state;
+  free(mem);
+  return 0;
+}
+
+static ssize_t put(r2s_ring_t *r, const void *p, size_t n)
+{
+  struct iovec v = {(void *)p, n};
+  return r2s__ring_put(r, &v, 1, 0, n);
+}
+
+static ssize_t get(r2s_ring_t *r, void *p, size_t n, bool peek)
+{
+  struct iovec v = {p, n};
+  return r2s__ring_get(r, &v, 1, n, peek);
+}
+
+static void test_attach_checks_size(void **state)
+{
+  (void)state;
+  r2s_ring_t r;
+  assert_int_equal(r2s__ring_attach(&r, mem, 3000), -EINVAL);
+  assert_int_equal(r2s__ring_attach(&r, mem, 2048), -EINVAL);
+  assert_int_equal(r2s__ring_attach(&r, mem, SIZE), 0);
+}
+
+static void test_wrap_and_peek(void **state)
+{
+  (void)state;
+  r2s_ring_t p, c;
+  r2s__ring_attach(&p, mem, SIZE);
+  r2s__ring_attach(&c, mem, SIZE);
+  uint8_t in[SIZE], out[SIZE];
+  for (size_t i = 0; i < SIZE; i++) in[i] = (uint8_t)(i * 31 + 7);
+  /* Move the indices near the end so that the next write wraps. */
+  assert_int_equal(put(&p, in, 4000), 4000);
+  assert_int_equal(get(&c, out, 4000, false), 4000);
+  assert_int_equal(put(&p, in, 500), 500); /* 96 bytes at the end, 404 at the start */
+  assert_int_equal(r2s__ring_avail(&c), 500);
+  assert_int_equal(get(&c, out, 500, true), 500);
+  assert_memory_equal(out, in, 500);
+  assert_int_equal(r2s__ring_avail(&c), 500); /* peek consumed nothing */
+  memset(out, 0, sizeof out);
+  assert_int_equal(get(&c, out, 200, false), 200);
+  assert_int_equal(get(&c, out + 200, 1000, false), 300);
+  assert_memory_equal(out, in, 500);
+  assert_int_equal(get(&c, out, 10, false), 0);
+}
+
+static void test_full_ring_and_iovecs(void **state)
+{
+  (void)state;
+  r2s_ring_t p, c;
+  r2s__ring_attach(&p, mem, SIZE);
+  r2s__ring_attach(&c, mem, SIZE);
+  uint8_t a[3000], b[3000], out[SIZE];
+  memset(a, 'a', sizeof a);
+  memset(b, 'b', sizeof b);
+  struct iovec v[2] = {{a, sizeof a}, {b, sizeof b}};
+  /* Skip the first 1000 bytes of the vector: 2000 a's, then b's until full. */
+  assert_int_equal(r2s__ring_put(&p, v, 2, 1000, 6000), SIZE);
+  assert_int_equal(r2s__ring_space(&p), 0);
+  assert_int_equal(r2s__ring_put(&p, v, 2, 0, 10), 0);
+  struct iovec o[2] = {{out, 100}, {out + 100, SIZE - 100}};
+  assert_int_equal(r2s__ring_get(&c, o, 2, SIZE, false), SIZE);
+  for (size_t i = 0; i < SIZE; i++) assert_int_equal(out[i], i < 2000 ? 'a' : 'b');
+  assert_int_equal(r2s__ring_space(&p), SIZE);
+}
+
+/* A peer that writes nonsense into the shared indices is detected before
+ * any address is computed from them. */
+static void test_hostile_indices(void **state)
+{
+  (void)state;
+  r2s_ring_t p, c;
+  r2s__ring_attach(&p, mem, SIZE);
+  r2s__ring_attach(&c, mem, SIZE);
+  uint8_t buf[64] = {0};
+  assert_int_equal(put(&p, buf, 64), 64);
+  r2s_ring_ctl_t *ctl = mem;
+  ctl->tail = 64 + SIZE + 1; /* more than a ring ahead of the consumer */
+  assert_int_equal(r2s__ring_avail(&c), -EPROTO);
+  assert_int_equal(get(&c, buf, 64, false), -EPROTO);
+  ctl->tail = 64;
+  ctl->head = 65; /* the consumer claims bytes that were never written */
+  assert_int_equal(r2s__ring_space(&p), -EPROTO);
+  ctl->head = (uint64_t)-5; /* or moves backwards */
+  assert_int_equal(r2s__ring_space(&p), -EPROTO);
+  ctl->head = 0;
+  assert_int_equal(r2s__ring_space(&p), SIZE - 64);
+}
+
+/* Two threads, 32 MiB through a 4 KiB ring in random-sized pieces. */
+#define STREAM_BYTES (32u << 20)
+static uint8_t pattern(uint64_t i)
+{
+  return (uint8_t)((i * 2654435761u) >> 13);
+}
+
+static void *producer(void *arg)
+{
+  r2s_ring_t *p = arg;
+  uint8_t buf[1500];
+  uint64_t sent = 0;
+  unsigned x = 1;
+  while (sent < STREAM_BYTES) {
+    x = x * 1103515245u + 12345u;
+    size_t n = 1 + (x >> 16) % sizeof buf;
+    if (n > STREAM_BYTES - sent) n = STREAM_BYTES - sent;
+    for (size_t i = 0; i < n; i++) buf[i] = pattern(sent + i);
+    size_t off = 0;
+    while (off < n) {
+      ssize_t k = put(p, buf + off, n - off);
+      if (k < 0) return (void *)1;
+      off += (size_t)k;
+    }
+    sent += n;
+  }
+  return NULL;
+}
+
+static void test_two_threads(void **state)
+{
+  (void)state;
+  static r2s_ring_t p, c;
+  r2s__ring_attach(&p, mem, SIZE);
+  r2s__ring_attach(&c, mem, SIZE);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, producer, &p), 0);
+  uint8_t buf[2000];
+  uint64_t got = 0, bad = 0;
+  unsigned x = 7;
+  while (got < STREAM_BYTES) {
+    x = x * 1103515245u + 12345u;
+    ssize_t n = get(&c, buf, 1 + (x >> 16) % sizeof buf, false);
+    assert_true(n >= 0);
+    for (ssize_t i = 0; i < n; i++) bad += buf[i] != pattern(got + (uint64_t)i);
+    got += (uint64_t)n;
+  }
+  void *rc;
+  pthread_join(t, &rc);
+  assert_null(rc);
+  assert_int_equal(bad, 0);
+  assert_int_equal(got, STREAM_BYTES);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_attach_checks_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_wrap_and_peek, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_full_ring_and_iovecs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_indices, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_two_threads, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
