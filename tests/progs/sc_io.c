@@ -1,0 +1,135 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "sc_io.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "sc_util.h"
+
+#define IOV_PIECES 8
+
+/* Splits [base, base+n) into 1..IOV_PIECES consecutive pieces of random
+ * length; one time in eight a zero-length iovec is slipped in, which the
+ * kernel accepts and a shim must too. Returns the iovec count. */
+static int split_iov(struct iovec *iov, uint8_t *base, size_t n, uint64_t *rng)
+{
+  size_t pieces = 1 + (size_t)sc_rand_below(rng, IOV_PIECES);
+  int cnt = 0;
+
+  if (pieces > n) pieces = n;
+  for (size_t i = 0; i < pieces; i++) {
+    size_t len = n;
+    if (i + 1 < pieces) len = 1 + (size_t)sc_rand_below(rng, n - (pieces - 1 - i));
+    iov[cnt].iov_base = base;
+    iov[cnt++].iov_len = len;
+    base += len;
+    n -= len;
+    if (i == 0 && sc_rand_below(rng, 8) == 0) {
+      iov[cnt].iov_base = base;
+      iov[cnt++].iov_len = 0;
+    }
+  }
+  return cnt;
+}
+
+size_t sc_io_read_size(sc_session_t *s)
+{
+  size_t want = sc_rx_want(s), ask = sc_rand_size(&s->rx_rng);
+
+  if (want == 0) return 1 + ask % 64;
+  return ask < want ? ask : want;
+}
+
+ssize_t sc_io_write(sc_session_t *s, const uint8_t *data, size_t n)
+{
+  struct iovec iov[IOV_PIECES + 1];
+  struct msghdr mh;
+  /* The iovec API takes non-const pointers; writes never modify them. */
+  uint8_t *buf = (uint8_t *)(uintptr_t)data;
+
+  switch (sc_rand_below(&s->tx_rng, 5)) {
+  case 0:
+    return write(s->fd, data, n);
+  case 1:
+    return send(s->fd, data, n, MSG_NOSIGNAL);
+  case 2:
+    return sendto(s->fd, data, n, 0, NULL, 0);
+  case 3:
+    return writev(s->fd, iov, split_iov(iov, buf, n, &s->tx_rng));
+  default:
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)split_iov(iov, buf, n, &s->tx_rng);
+    return sendmsg(s->fd, &mh, MSG_NOSIGNAL);
+  }
+}
+
+/* MSG_PEEK must return bytes that a read then returns again, all of them:
+ * they are already queued, so the read cannot come back shorter. */
+static ssize_t peek_then_read(sc_session_t *s, size_t want)
+{
+  ssize_t peeked = recv(s->fd, s->peekbuf, want, MSG_PEEK);
+  if (peeked <= 0) return peeked;
+  ssize_t got = read(s->fd, s->rxbuf, (size_t)peeked);
+  if (got < 0) {
+    sc_rx_fail(s, "read after MSG_PEEK of %zd bytes failed: %s", peeked, strerror(errno));
+    return SC_IO_BROKEN;
+  }
+  if (got != peeked) {
+    sc_rx_fail(s, "read after MSG_PEEK of %zd bytes returned %zd", peeked, got);
+    return SC_IO_BROKEN;
+  }
+  if (memcmp(s->peekbuf, s->rxbuf, (size_t)got) != 0) {
+    sc_rx_fail(s, "bytes read differ from the %zd bytes MSG_PEEK returned", peeked);
+    return SC_IO_BROKEN;
+  }
+  return got;
+}
+
+/* Linux returns a short MSG_WAITALL read only at EOF, on an error or on a
+ * signal (none is caught here), so a short result on a connection that is
+ * still open and has no error is a broken recv. */
+static ssize_t recv_waitall(sc_session_t *s, size_t want)
+{
+  ssize_t got = recv(s->fd, s->rxbuf, want, MSG_WAITALL);
+  if (got <= 0 || (size_t)got == want) return got;
+  char probe;
+  ssize_t q = recv(s->fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (q > 0 || (q < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
+    sc_rx_fail(s, "recv(MSG_WAITALL, %zu) returned %zd on an open connection", want, got);
+    return SC_IO_BROKEN;
+  }
+  return got;
+}
+
+ssize_t sc_io_read(sc_session_t *s, size_t want, bool blocking)
+{
+  struct iovec iov[IOV_PIECES + 1];
+  struct msghdr mh;
+
+  switch (sc_rand_below(&s->rx_rng, blocking ? 7 : 6)) {
+  case 0:
+    return read(s->fd, s->rxbuf, want);
+  case 1:
+    return recv(s->fd, s->rxbuf, want, 0);
+  case 2:
+    return recvfrom(s->fd, s->rxbuf, want, 0, NULL, NULL);
+  case 3:
+    return readv(s->fd, iov, split_iov(iov, s->rxbuf, want, &s->rx_rng));
+  case 4:
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)split_iov(iov, s->rxbuf, want, &s->rx_rng);
+    return recvmsg(s->fd, &mh, 0);
+  case 5:
+    return peek_then_read(s, want);
+  default:
+    return recv_waitall(s, want);
+  }
+}
