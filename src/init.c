@@ -33,12 +33,12 @@ static void fork_prepare(void)
 static void fork_parent(void)
 {
   r2s__conn_fork_parent();
+  R2S_STAT_INC(forks);
 }
 static void fork_child(void)
 {
   r2s__conn_fork_child();
-  r2s__stats_reset();
-  R2S_STAT_INC(forks);
+  r2s__stats_reset(); /* the child's account starts empty */
 }
 
 static int sockopt_int(int fd, int level, int name)

@@ -35,7 +35,7 @@
   X(bytes_shm_rx, "payload bytes received through shared memory")                 \
   X(bytes_rdma_tx, "payload bytes sent over RDMA")                                \
   X(bytes_rdma_rx, "payload bytes received over RDMA")                            \
-  X(forks, "fork() calls that returned in the child")
+  X(forks, "fork() calls this process made")
 
 typedef enum {
 #define R2S_STAT_ENUM(name, doc) R2S_STAT_##name,
