@@ -95,7 +95,11 @@ const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t le
 static bool parse_string(const char *s, const char **out)
 {
   if (s[0] == '\0') return false;
-  *out = s; /* the environment strings outlive the shim's use of them */
+  /* A copy: redis and nginx overwrite their environment strings to set
+   * the process title, long before the shim reads its options again. */
+  char *copy = strdup(s);
+  if (!copy) return false;
+  *out = copy;
   return true;
 }
 
