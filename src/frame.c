@@ -44,8 +44,8 @@ int r2s__frame_hdr_parse(const uint8_t *buf, size_t n, r2s_frame_hdr_t *out)
   /* Judge what is there as early as possible: a bad type in byte 0 is bad
    * whether or not the rest has arrived. */
   if (n >= 1 && (buf[0] == 0 || buf[0] > R2S_FRAME_TYPE_MAX)) return -EPROTO;
+  if ((n >= 3 && buf[2] != 0) || (n >= 4 && buf[3] != 0)) return -EPROTO;
   if (n < R2S_FRAME_HDR_LEN) return -EAGAIN;
-  if (buf[2] != 0 || buf[3] != 0) return -EPROTO;
   uint32_t len = get32(buf + 4);
   if (len > payload_limit(buf[0])) return -EPROTO;
   out->type = buf[0];

@@ -11,7 +11,8 @@
  *  - Parsers take bytes from the peer, who may lie: every length is checked
  *    against what was received and against a per-type limit before use, and
  *    nothing is read past the buffer given. They return 0, -EAGAIN (a
- *    well-formed prefix: more bytes needed) or -EPROTO (malformed: the
+ *    prefix with nothing wrong in the bytes present: more needed; a length
+ *    over the limit is only judged once all 4 bytes are there) or -EPROTO (malformed: the
  *    connection must be reset), or -EPROTONOSUPPORT for a version we do not
  *    speak.
  *  - Encoders never write past `cap` and return the length or -ENOSPC.

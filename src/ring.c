@@ -97,6 +97,7 @@ ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t ma
   size_t want = (size_t)avail < max ? (size_t)avail : max, done = 0;
   for (int i = 0; i < cnt && done < want; i++) {
     size_t n = iov[i].iov_len < want - done ? iov[i].iov_len : want - done;
+    if (n == 0) continue; /* an empty iovec may have a NULL base */
     copy_out(r, r->head + done, iov[i].iov_base, n);
     done += n;
   }
