@@ -1,0 +1,144 @@
+# shellcheck shell=bash
+# Helpers shared by the mixed-peer (mixed-*.sh) and fault (fault-*.sh) tests;
+# sourced after lib.sh. Not a test by itself.
+#
+#   PLAIN          command prefix that runs a program without the shim, even
+#                  when the caller's environment preloads something
+#   shim_at FILE   command prefix (in the array SHIM_AT) that runs a program
+#                  under the shim with its stats in FILE; plain when
+#                  R2SOCK_LIB is empty
+#   shm_snapshot / shm_check_leaks
+#                  /dev/shm/r2s-* segments the shim made during the test and
+#                  left behind (see below)
+#   check_tcp_only FILE conns=N bytes=B procs=P
+#                  check_stats on FILE with the path forced to tcp: the
+#                  connection ends in FILE must not have been upgraded,
+#                  whatever R2SOCK_EXPECT_PATH the suite runs with
+#   us_now         microseconds since the epoch, without a fork
+#   run_to FILE SECS CMD...
+#                  lib.sh's run() with CMD's stdout and stderr in FILE; a
+#                  failure message shows FILE's tail. (Redirecting around
+#                  run() itself would also swallow fail()'s message and the
+#                  cleanup's log dump, which run inside the redirection.)
+
+PLAIN=(env -u LD_PRELOAD)
+
+# Under set -e a command that fails outside fail() ends the test silently:
+# name it. (errtrace: also inside functions and command substitutions.)
+set -E
+trap 'printf "[%s] FAIL: unexpected status %s at %s line %s: %s\n" "$R2S_TEST" "$?" "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND" >&2' ERR
+
+# shellcheck disable=SC2034 # SHIM_AT is this function's result
+shim_at() {
+  if [[ -n $R2SOCK_LIB ]]; then
+    SHIM_AT=(env LD_PRELOAD="$R2SOCK_LIB" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$1")
+  else
+    SHIM_AT=("${PLAIN[@]}")
+  fi
+}
+
+run_to() {
+  local out=$1 secs=$2 rc=0
+  shift 2
+  timeout -k 5 "$secs" "$@" >"$out" 2>&1 || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    fail "timed out after ${secs}s: $*; its output: $(tail -n 5 "$out")"
+  elif ((rc != 0)); then
+    fail "exit status $rc (expected 0): $*; its output: $(tail -n 5 "$out")"
+  fi
+}
+
+us_now() {
+  local t=${EPOCHREALTIME/[.,]/}
+  echo "$((10#$t))"
+}
+
+# check_stats_file FILE ARGS...: lib.sh's check_stats on one stats file.
+check_stats_file() {
+  local file=$1 saved=$STATS rc=0
+  shift
+  STATS=$file
+  check_stats "$@" || rc=$?
+  STATS=$saved
+  return "$rc"
+}
+
+check_tcp_only() {
+  local file=$1 saved=$R2SOCK_EXPECT_PATH
+  shift
+  R2SOCK_EXPECT_PATH=tcp
+  check_stats_file "$file" "$@"
+  R2SOCK_EXPECT_PATH=$saved
+}
+
+# ---- shared-memory segments ------------------------------------------------
+# The shm transport names its rings /dev/shm/r2s-<creator pid>-<random>
+# (src/transport/shm.c) and unlinks a name once the peer has mapped it. After
+# a test every process it started has exited (killed ones included), so any
+# segment one of them created that is still there is a leak: nobody is left
+# to unlink it. "One of them": a pid found in a stats line the test collected
+# (every process under the shim writes "r2sock[PID] stats: ..." at exit) or
+# registered with shm_note_pid (processes that were killed and wrote none).
+# Segments of other tests or developers running at the same time are thus
+# left alone, neither blamed nor removed; a new name without a pid is counted
+# as ours. Today no segment is ever made and this checks nothing more than
+# that.
+R2S_SHM_DIR=${R2S_SHM_DIR:-/dev/shm}
+
+shm_list() {
+  local f
+  for f in "$R2S_SHM_DIR"/r2s-*; do
+    [[ -e $f ]] && echo "${f##*/}"
+  done
+  return 0
+}
+
+shm_snapshot() { shm_list | sort >"$TMP/shm.before"; }
+
+# shm_note_pid PID...: processes of this test that will write no stats line.
+shm_note_pid() { printf '%s\n' "$@" >>"$TMP/shm.pids"; }
+
+shm_our_pids() {
+  local f
+  {
+    for f in "$TMP/shm.pids" "$TMP"/*stats*; do
+      [[ -f $f ]] || continue
+      if [[ $f == "$TMP/shm.pids" ]]; then
+        cat "$f"
+      else
+        sed -n 's/^r2sock\[\([0-9]*\)\] stats:.*/\1/p' "$f"
+      fi
+    done
+  } | sort -u
+}
+
+shm_check_leaks() {
+  local deadline name pid ours leaked foreign
+  [[ -f $TMP/shm.before ]] || fail "shm_check_leaks without shm_snapshot"
+  ours=" $(shm_our_pids | tr '\n' ' ') "
+  # A segment may be unlinked by a process that is just exiting: allow 2 s.
+  deadline=$((SECONDS + 2))
+  while :; do
+    leaked=() foreign=0
+    while read -r name; do
+      [[ -n $name ]] || continue
+      pid=${name#r2s-}
+      pid=${pid%%-*}
+      if [[ $pid =~ ^[0-9]+$ && $ours != *" $pid "* ]]; then
+        foreign=$((foreign + 1))
+        continue
+      fi
+      leaked+=("$name")
+    done < <(comm -13 "$TMP/shm.before" <(shm_list | sort))
+    if ((${#leaked[@]} == 0)); then
+      log "no /dev/shm/r2s-* segment left behind by this test's processes" \
+        "($(wc -w <<<"$ours") pids known$( ((foreign)) && echo "; $foreign new segment(s) of other processes ignored"))"
+      return 0
+    fi
+    ((SECONDS < deadline)) || break
+    sleep 0.1
+  done
+  # Remove ours so that one failure does not fail the next test too.
+  for name in "${leaked[@]}"; do rm -f "$R2S_SHM_DIR/$name"; done
+  fail "the shim left ${#leaked[@]} shared-memory segment(s) behind: ${leaked[*]} (expected none once every process of the test has exited)"
+}
