@@ -7,6 +7,10 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <stdint.h>
+
+#include "link.h"
+#include "readiness.h"
 #include "wrap.h"
 
 R2S_EXPORT int close(int fd)
@@ -15,8 +19,17 @@ R2S_EXPORT int close(int fd)
   /* Empty the slot before the kernel frees the number: after close(2) a
    * socket() in another thread may get it, and must not find us there. */
   r2s_conn_t *c = r2s__fd_remove(fd);
+  /* The last fd of a connection the shim carries: control bytes still
+   * queued must reach the kernel before it sends the FIN. */
+  if (c && c->link && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 && !r2s__conn_passthrough(c) &&
+      !(r2s__conn_flags(c) & R2S_CONN_FORKED)) {
+    int saved = errno;
+    r2s__link_close(c->link, fd);
+    errno = saved;
+  }
   int rc = r2s__libc.close(fd);
   if (c) wrap_put(c);
+  else if (__atomic_load_n(&r2s__links_active, __ATOMIC_RELAXED)) r2s__epoll_closed(fd);
   return rc;
 }
 
@@ -107,6 +120,30 @@ R2S_EXPORT int ioctl(int fd, unsigned long req, ...)
   void *arg = va_arg(ap, void *);
   va_end(ap);
   r2s_conn_t *c = wrap_lookup(fd);
+  if (c && req == SIOCATMARK) {
+    r2s__conn_app_oob(c, fd);
+    if (arg && !r2s__conn_passthrough(c)) {
+      int v = r2s__link_atmark(c->link, fd);
+      r2s__conn_put(c);
+      if (v < 0) {
+        errno = -v;
+        return -1;
+      }
+      *(int *)arg = v;
+      return 0;
+    }
+  }
+  if (c && req == FIONREAD && arg && !r2s__conn_passthrough(c)) {
+    /* Bytes in the ring (or in DATA frames) are what the app can read. */
+    ssize_t n = r2s__link_readable(c->link, fd);
+    r2s__conn_put(c);
+    if (n < 0) {
+      errno = (int)-n;
+      return -1;
+    }
+    *(int *)arg = n > INT32_MAX ? INT32_MAX : (int)n;
+    return 0;
+  }
   int rc = r2s__libc.ioctl(fd, req, arg);
   if (c) {
     if (rc == 0 && req == FIONBIO && arg) r2s__conn_set_flag(c, R2S_CONN_NONBLOCK, *(int *)arg != 0);

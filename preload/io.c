@@ -1,19 +1,52 @@
 /* Wrappers of the data calls. An fd that is not ours goes straight to libc
  * (the cost every file and pipe read pays: one table load). A tracked
- * connection on kernel TCP goes to libc too, and its bytes are counted. */
+ * connection served by the kernel goes to libc too, and its bytes are
+ * counted; one whose bytes the shim moves goes to the stream engine. */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "stream.h"
 #include "wrap.h"
 
 extern void __chk_fail(void) __attribute__((noreturn));
 
+/* The engine's answer as a libc return value. */
+static ssize_t engine_ret(r2s_conn_t *c, ssize_t n)
+{
+  r2s__conn_put(c);
+  if (n < 0) {
+    errno = (int)-n;
+    return -1;
+  }
+  return n;
+}
+
+static ssize_t engine_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  if (__builtin_expect(flags & MSG_OOB, 0)) {
+    /* The urgent byte itself always travels through the kernel. */
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    ssize_t n = r2s__libc.recvmsg(fd, &m, flags);
+    return engine_ret(c, n < 0 ? -errno : n);
+  }
+  return engine_ret(c, r2s__stream_recv(c, fd, iov, cnt, flags));
+}
+
+static ssize_t engine_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  if (__builtin_expect(flags & MSG_OOB, 0))
+    return engine_ret(c, r2s__stream_send_oob(c, fd, iov, cnt, flags));
+  return engine_ret(c, r2s__stream_send(c, fd, iov, cnt, flags));
+}
+
 R2S_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, 0);
+  if (c && !r2s__conn_passthrough(c)) return engine_recv(c, fd, &(struct iovec){buf, n}, 1, 0);
   ssize_t r = r2s__libc.read(fd, buf, n);
   if (c) wrap_done_rx(c, fd, r);
   return r;
@@ -21,7 +54,8 @@ R2S_EXPORT ssize_t read(int fd, void *buf, size_t n)
 
 R2S_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, 0);
+  if (c && !r2s__conn_passthrough(c)) return engine_send(c, fd, &(struct iovec){(void *)buf, n}, 1, 0);
   ssize_t r = r2s__libc.write(fd, buf, n);
   if (c) wrap_done_tx(c, fd, r);
   return r;
@@ -29,7 +63,8 @@ R2S_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 
 R2S_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, 0);
+  if (c && !r2s__conn_passthrough(c)) return engine_recv(c, fd, iov, cnt, 0);
   ssize_t r = r2s__libc.readv(fd, iov, cnt);
   if (c) wrap_done_rx(c, fd, r);
   return r;
@@ -37,7 +72,8 @@ R2S_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 
 R2S_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, 0);
+  if (c && !r2s__conn_passthrough(c)) return engine_send(c, fd, iov, cnt, 0);
   ssize_t r = r2s__libc.writev(fd, iov, cnt);
   if (c) wrap_done_tx(c, fd, r);
   return r;
@@ -45,7 +81,8 @@ R2S_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 
 R2S_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && !r2s__conn_passthrough(c)) return engine_send(c, fd, &(struct iovec){(void *)buf, n}, 1, flags);
   ssize_t r = r2s__libc.send(fd, buf, n, flags);
   if (c) wrap_done_tx(c, fd, r);
   return r;
@@ -54,7 +91,10 @@ R2S_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 R2S_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, __CONST_SOCKADDR_ARG to,
                           socklen_t tolen)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  /* TCP ignores the address of a connected socket (sockperf passes one on
+   * every call), so the bytes take the connection's path like send's. */
+  if (c && !r2s__conn_passthrough(c)) return engine_send(c, fd, &(struct iovec){(void *)buf, n}, 1, flags);
   ssize_t r = r2s__libc.sendto(fd, buf, n, flags, to.__sockaddr__, tolen);
   if (c) wrap_done_tx(c, fd, r);
   return r;
@@ -62,7 +102,10 @@ R2S_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, __CONST_
 
 R2S_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  /* The address is ignored as for sendto; ancillary data has no meaning on
+   * a connection whose bytes do not pass through the kernel's TCP. */
+  if (c && !r2s__conn_passthrough(c)) return engine_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
   ssize_t r = r2s__libc.sendmsg(fd, msg, flags);
   if (c) wrap_done_tx(c, fd, r);
   return r;
@@ -75,9 +118,25 @@ static long long mmsg_bytes(const struct mmsghdr *v, int n)
   return n < 0 ? -1 : sum;
 }
 
+/* A stream socket treats each message as the next part of the stream. */
 R2S_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && !r2s__conn_passthrough(c)) {
+    unsigned i = 0;
+    ssize_t n = 0;
+    for (; i < vlen; i++) {
+      n = r2s__stream_send(c, fd, vec[i].msg_hdr.msg_iov, (int)vec[i].msg_hdr.msg_iovlen, flags);
+      if (n < 0) break;
+      vec[i].msg_len = (unsigned)n;
+    }
+    r2s__conn_put(c);
+    if (i == 0 && vlen > 0) {
+      errno = (int)-n;
+      return -1;
+    }
+    return (int)i;
+  }
   int r = r2s__libc.sendmmsg(fd, vec, vlen, flags);
   if (c) wrap_done_tx(c, fd, mmsg_bytes(vec, r));
   return r;
@@ -85,17 +144,21 @@ R2S_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
 
 R2S_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && !r2s__conn_passthrough(c)) return engine_recv(c, fd, &(struct iovec){buf, n}, 1, flags);
   ssize_t r = r2s__libc.recv(fd, buf, n, flags);
   /* A peek leaves the bytes in the socket; they are counted when read. */
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : r);
   return r;
 }
 
-R2S_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_ARG from,
-                            socklen_t *fromlen)
+R2S_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_ARG from, socklen_t *fromlen)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && !r2s__conn_passthrough(c)) {
+    if (fromlen) *fromlen = 0; /* what TCP reports: no source address */
+    return engine_recv(c, fd, &(struct iovec){buf, n}, 1, flags);
+  }
   ssize_t r = r2s__libc.recvfrom(fd, buf, n, flags, from.__sockaddr__, fromlen);
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : r);
   return r;
@@ -103,24 +166,84 @@ R2S_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_A
 
 R2S_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && !r2s__conn_passthrough(c) && !msg->msg_controllen) {
+    msg->msg_namelen = 0;
+    msg->msg_flags = 0;
+    return engine_recv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+  }
   ssize_t r = r2s__libc.recvmsg(fd, msg, flags);
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : r);
   return r;
 }
 
-R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
-                        struct timespec *timeout)
+R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags, struct timespec *timeout)
 {
-  r2s_conn_t *c = wrap_lookup(fd);
+  r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && !r2s__conn_passthrough(c)) {
+    /* The first message waits as the socket says; the rest take what is
+     * there (MSG_WAITFORONE is the only behaviour a stream can give). */
+    unsigned i = 0;
+    ssize_t n = 0;
+    for (; i < vlen; i++) {
+      int f = i ? (flags | MSG_DONTWAIT) : flags;
+      n = r2s__stream_recv(c, fd, vec[i].msg_hdr.msg_iov, (int)vec[i].msg_hdr.msg_iovlen,
+                           f & ~MSG_WAITFORONE);
+      if (n <= 0) break;
+      vec[i].msg_len = (unsigned)n;
+      vec[i].msg_hdr.msg_namelen = 0;
+      vec[i].msg_hdr.msg_flags = 0;
+    }
+    r2s__conn_put(c);
+    if (i == 0 && n < 0) {
+      errno = (int)-n;
+      return -1;
+    }
+    return (int)i;
+  }
   int r = r2s__libc.recvmmsg(fd, vec, vlen, flags, timeout);
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : mmsg_bytes(vec, r));
   return r;
 }
 
+/* sendfile into a connection the shim carries: read the file in chunks and
+ * send them; the file offset ends where the bytes sent end, as the kernel's
+ * sendfile leaves it. */
+static ssize_t engine_sendfile(r2s_conn_t *c, int out_fd, int in_fd, off_t *offset, size_t count)
+{
+  enum { CHUNK = 128 << 10 };
+  char *buf = malloc(CHUNK);
+  if (!buf) return -ENOMEM;
+  off_t pos = offset ? *offset : 0;
+  size_t done = 0;
+  ssize_t err = 0;
+  while (done < count) {
+    size_t want = count - done < CHUNK ? count - done : CHUNK;
+    ssize_t got = offset ? pread(in_fd, buf, want, pos) : r2s__libc.read(in_fd, buf, want);
+    if (got <= 0) {
+      if (got < 0) err = -errno;
+      break;
+    }
+    ssize_t sent = r2s__stream_send(c, out_fd, &(struct iovec){buf, (size_t)got}, 1, 0);
+    if (sent < 0) {
+      err = sent;
+      if (!offset) lseek(in_fd, -got, SEEK_CUR);
+      break;
+    }
+    if (!offset && sent < got) lseek(in_fd, -(got - sent), SEEK_CUR);
+    pos += sent;
+    done += (size_t)sent;
+    if (sent < got) break; /* nonblocking socket full */
+  }
+  free(buf);
+  if (offset) *offset = pos;
+  return done ? (ssize_t)done : err;
+}
+
 R2S_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
-  r2s_conn_t *c = wrap_lookup(out_fd);
+  r2s_conn_t *c = wrap_io_lookup(out_fd, 0);
+  if (c && !r2s__conn_passthrough(c)) return engine_ret(c, engine_sendfile(c, out_fd, in_fd, offset, count));
   ssize_t r = r2s__libc.sendfile(out_fd, in_fd, offset, count);
   if (c) wrap_done_tx(c, out_fd, r);
   return r;
@@ -147,8 +270,8 @@ R2S_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int fl
   return recv(fd, buf, n, flags);
 }
 
-R2S_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
-                                  __SOCKADDR_ARG from, socklen_t *fromlen)
+R2S_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, __SOCKADDR_ARG from,
+                                  socklen_t *fromlen)
 {
   if (n > buflen) __chk_fail();
   return recvfrom(fd, buf, n, flags, from, fromlen);

@@ -6,6 +6,10 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <stdint.h>
+#include <sys/time.h>
+
+#include "link.h"
 #include "stats.h"
 #include "wrap.h"
 
@@ -70,8 +74,10 @@ R2S_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
     }
     if (c) {
       r2s__conn_set_role(c, R2S_ROLE_CLIENT);
-      if (rc == 0) r2s__conn_established(c, fd);
-      else r2s__conn_connecting(c);
+      if (rc == 0)
+        r2s__conn_established(c, fd);
+      else
+        r2s__conn_connecting(c);
     }
   }
   if (c) r2s__conn_put(c);
@@ -86,6 +92,9 @@ static void accepted(r2s_conn_t *listener, int fd, int flags)
   if (listener || (!r2s__in_shim && fd_is_tcp(fd, &domain))) {
     r2s_conn_t *c = track(fd, domain, R2S_ROLE_SERVER, flags & SOCK_NONBLOCK);
     if (c) {
+      /* Accepted sockets inherit the listener's SO_OOBINLINE. */
+      if (listener)
+        r2s__conn_set_flag(c, r2s__conn_flags(listener) & (R2S_CONN_APP_OOB | R2S_CONN_OOBINLINE), true);
       r2s__conn_established(c, fd);
       r2s__conn_put(c);
     }
@@ -131,16 +140,93 @@ R2S_EXPORT int listen(int fd, int backlog)
   return rc;
 }
 
+void wrap_slow_checks(r2s_conn_t *c, int fd, int flags)
+{
+  int saved = errno;
+  /* The process that moves bytes on a connection shared by fork() is the
+   * one that owns its end (close drains and finishes it there). */
+  if (r2s__conn_flags(c) & R2S_CONN_FORKED) r2s__conn_set_flag(c, R2S_CONN_FORKED, false);
+  if (r2s__conn_flags(c) & R2S_CONN_CONNECTING) {
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (r2s__libc.getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) r2s__conn_established(c, fd);
+  }
+  if (flags & MSG_OOB) r2s__conn_app_oob(c, fd);
+  errno = saved;
+}
+
 R2S_EXPORT int shutdown(int fd, int how)
 {
-  r2s__ensure_init();
-  return r2s__libc.shutdown(fd, how);
+  r2s_conn_t *c = wrap_lookup(fd);
+  if (!c) return r2s__libc.shutdown(fd, how);
+  if (r2s__conn_passthrough(c)) {
+    wrap_put(c);
+    return r2s__libc.shutdown(fd, how);
+  }
+  int rc = r2s__link_shutdown(c->link, fd, how);
+  r2s__conn_put(c);
+  if (rc < 0) {
+    errno = -rc;
+    return -1;
+  }
+  return 0;
+}
+
+static uint32_t timeval_ms(const void *val, socklen_t len)
+{
+  if (len < sizeof(struct timeval)) return 0;
+  const struct timeval *tv = val;
+  uint64_t ms = (uint64_t)tv->tv_sec * 1000 + (uint64_t)(tv->tv_usec + 999) / 1000;
+  return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+/* Once the shim's frames travel on the socket, TCP_NODELAY and TCP_CORK
+ * are the shim's (link.c turns Nagle off for its doorbells); the
+ * application's values are kept and reported back to it. */
+static bool shim_owns_tcp_opts(r2s_conn_t *c)
+{
+  r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+  int tx = l ? __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) : R2S_TX_PLAIN;
+  return tx == R2S_TX_FRAMES || tx == R2S_TX_RING;
 }
 
 R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-  r2s__ensure_init();
-  return r2s__libc.setsockopt(fd, level, name, val, len);
+  r2s_conn_t *c = wrap_lookup(fd);
+  /* SO_OOBINLINE before the connection exists (on a listener, or before
+   * connect): kept out of the kernel until the peer's hello can no longer
+   * arrive, or the hello would be read as data (link.c applies it then). */
+  if (c && level == SOL_SOCKET && name == SO_OOBINLINE && val && len >= sizeof(int) &&
+      !(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED)) {
+    r2s__conn_set_flag(c, R2S_CONN_OOBINLINE | R2S_CONN_APP_OOB, *(const int *)val != 0);
+    wrap_put(c);
+    return 0;
+  }
+  if (c && level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK) && val && len >= sizeof(int)) {
+    int8_t v = *(const int *)val != 0;
+    if (name == TCP_NODELAY)
+      c->app_nodelay = v;
+    else
+      c->app_cork = v;
+    if (shim_owns_tcp_opts(c)) {
+      wrap_put(c);
+      return 0;
+    }
+  }
+  int rc = r2s__libc.setsockopt(fd, level, name, val, len);
+  if (!c) return rc;
+  /* What the shim must honour itself once it carries the bytes. */
+  if (rc == 0 && level == SOL_SOCKET) {
+    if (name == SO_RCVTIMEO)
+      c->rcvtimeo_ms = timeval_ms(val, len);
+    else if (name == SO_SNDTIMEO)
+      c->sndtimeo_ms = timeval_ms(val, len);
+    else if (name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val) {
+      r2s__conn_app_oob(c, fd);
+    }
+  }
+  wrap_put(c);
+  return rc;
 }
 
 R2S_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
@@ -148,10 +234,22 @@ R2S_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
   r2s_conn_t *c = wrap_lookup(fd);
   int rc = r2s__libc.getsockopt(fd, level, name, val, len);
   if (!c) return rc;
+  if (rc == 0 && level == IPPROTO_TCP && *len >= sizeof(int) && shim_owns_tcp_opts(c)) {
+    if (name == TCP_NODELAY)
+      *(int *)val = c->app_nodelay > 0;
+    else if (name == TCP_CORK)
+      *(int *)val = c->app_cork > 0;
+  }
+  /* While the shim keeps the kernel's SO_OOBINLINE off, the application
+   * still sees the value it set. */
+  if (rc == 0 && level == SOL_SOCKET && name == SO_OOBINLINE && *len >= sizeof(int) &&
+      ((c->link && c->link->app_oobinline) ||
+       (!(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED) && (r2s__conn_flags(c) & R2S_CONN_OOBINLINE))))
+    *(int *)val = 1;
   /* SO_ERROR == 0 after a nonblocking connect means "connected" only if the
    * peer is known: while the handshake runs it is 0 as well. */
-  if (rc == 0 && level == SOL_SOCKET && name == SO_ERROR && *len >= sizeof(int) &&
-      *(int *)val == 0 && (r2s__conn_flags(c) & R2S_CONN_CONNECTING)) {
+  if (rc == 0 && level == SOL_SOCKET && name == SO_ERROR && *len >= sizeof(int) && *(int *)val == 0 &&
+      (r2s__conn_flags(c) & R2S_CONN_CONNECTING)) {
     int saved = errno;
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;

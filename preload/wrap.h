@@ -15,6 +15,7 @@
 #define R2S_WRAP_H
 
 #include <errno.h>
+#include <sys/socket.h>
 
 #include "conn.h"
 #include "fdtable.h"
@@ -24,8 +25,7 @@
 #define R2S_EXPORT __attribute__((visibility("default")))
 
 /* The libc function, or ENOSYS if this libc lacks it (see libc.h). */
-#define R2S_LIBC_OR_ENOSYS(name, ...) \
-  (r2s__libc.name ? r2s__libc.name(__VA_ARGS__) : (errno = ENOSYS, -1))
+#define R2S_LIBC_OR_ENOSYS(name, ...) (r2s__libc.name ? r2s__libc.name(__VA_ARGS__) : (errno = ENOSYS, -1))
 
 static inline r2s_conn_t *wrap_lookup(int fd)
 {
@@ -39,6 +39,20 @@ static inline r2s_conn_t *wrap_lookup(int fd)
 static inline void wrap_maybe_established(r2s_conn_t *c, int fd)
 {
   if (__builtin_expect(r2s__conn_flags(c) & R2S_CONN_CONNECTING, 0)) r2s__conn_established(c, fd);
+}
+
+/* Before a data call: a connect still in progress may have completed (then
+ * the hello must go out before the application's first byte), and an
+ * application that uses urgent data itself keeps its socket plain. */
+void wrap_slow_checks(r2s_conn_t *c, int fd, int flags);
+
+static inline r2s_conn_t *wrap_io_lookup(int fd, int flags)
+{
+  r2s_conn_t *c = wrap_lookup(fd);
+  if (c && __builtin_expect(
+               (r2s__conn_flags(c) & (R2S_CONN_CONNECTING | R2S_CONN_FORKED)) || (flags & MSG_OOB), 0))
+    wrap_slow_checks(c, fd, flags);
+  return c;
 }
 
 /* After a send-side libc call on a tracked socket: count, then drop the ref. */

@@ -12,8 +12,10 @@
 #include <sys/mman.h>
 
 #include "libc.h"
+#include "link.h"
 #include "log.h"
 #include "options.h"
+#include "sanitize.h"
 #include "stats.h"
 
 #define SLAB_OBJECTS 64
@@ -21,13 +23,19 @@
 /* The pool lock guards the free list and the live list; it is taken only
  * when a connection is created or ends, never on the data path. */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static r2s_conn_t *free_list;  /* linked through live_next */
+static r2s_conn_t *free_list; /* linked through live_next */
 static r2s_conn_t *live_head;
 static unsigned live_count;
 static uint32_t next_id;
 
 static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
-static const char *const reason_names[] = {"", "disabled", "no-transport"};
+static const char *const reason_names[R2S_REASON_COUNT] = {
+    "",        "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable",
+    "app-oob", "failed",   "no-hello",   "inherited",   "other-user"};
+static const r2s_stat_id_t reason_stats[R2S_REASON_COUNT] = {
+    R2S_STAT_COUNT,          R2S_STAT_tcp_disabled,     R2S_STAT_tcp_peer_plain,  R2S_STAT_tcp_no_peer_yet,
+    R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources, R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,
+    R2S_STAT_tcp_failed,     R2S_STAT_tcp_no_hello,     R2S_STAT_COUNT,           R2S_STAT_tcp_other_user};
 
 const char *r2s__path_name(r2s_path_t p)
 {
@@ -35,16 +43,37 @@ const char *r2s__path_name(r2s_path_t p)
 }
 const char *r2s__reason_name(r2s_reason_t r)
 {
-  return (unsigned)r < sizeof reason_names / sizeof reason_names[0] ? reason_names[r] : "?";
+  return (unsigned)r < R2S_REASON_COUNT ? reason_names[r] : "?";
+}
+
+static r2s_reason_t reason_of(const r2s_conn_t *c)
+{
+  return c->link ? (r2s_reason_t)r2s__link_reason(c->link) : (r2s_reason_t)c->reason;
+}
+
+/* Counts, once, which path an established connection ended up on: an
+ * upgraded one was counted when it upgraded; the rest stayed on TCP, and
+ * the reason says why. Inherited connections were counted by their maker. */
+static void classify(r2s_conn_t *c)
+{
+  uint32_t f = r2s__conn_flags(c);
+  if (!(f & R2S_CONN_ESTABLISHED) || (f & R2S_CONN_ADOPTED)) return;
+  if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL)) return;
+  if (r2s__conn_path(c) != R2S_PATH_TCP) return;
+  R2S_STAT_INC(conn_tcp);
+  r2s_reason_t why = reason_of(c);
+  if (why != R2S_REASON_NONE && why < R2S_REASON_COUNT && reason_stats[why] != R2S_STAT_COUNT)
+    r2s__stat_add(reason_stats[why], 1);
 }
 
 /* Refills the free list with one slab; pool_lock held. Slabs are never
  * unmapped: that is what keeps the objects type-stable. */
 static int grow_pool(void)
 {
-  r2s_conn_t *slab = mmap(NULL, SLAB_OBJECTS * sizeof *slab, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  r2s_conn_t *slab =
+      mmap(NULL, SLAB_OBJECTS * sizeof *slab, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (slab == MAP_FAILED) return -errno;
+  R2S_LSAN_ROOT(slab, SLAB_OBJECTS * sizeof *slab); /* links hang off these objects */
   for (int i = SLAB_OBJECTS - 1; i >= 0; i--) {
     slab[i].live_next = free_list;
     free_list = &slab[i];
@@ -70,6 +99,7 @@ r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd)
   c->role = role;
   c->fd_hint = fd;
   c->path = R2S_PATH_TCP;
+  c->app_nodelay = c->app_cork = -1;
   c->live_next = live_head;
   if (live_head) live_head->live_prev = c;
   live_head = c;
@@ -120,21 +150,27 @@ static void log_summary(r2s_conn_t *c)
     tx += __atomic_load_n(&c->tx[i], __ATOMIC_RELAXED);
     rx += __atomic_load_n(&c->rx[i], __ATOMIC_RELAXED);
   }
+  r2s_reason_t why = path == R2S_PATH_TCP ? reason_of(c) : R2S_REASON_NONE;
   r2s__info("conn %" PRIu32 " %s %s -> %s path=%s%s%s%s sent=%" PRIu64 " received=%" PRIu64, c->id,
-            role_names[c->role & 3], format_addr(&c->local, l, sizeof l),
-            format_addr(&c->peer, p, sizeof p), r2s__path_name(path),
-            c->reason ? " (" : "", r2s__reason_name((r2s_reason_t)c->reason), c->reason ? ")" : "",
-            tx, rx);
+            role_names[c->role & 3], format_addr(&c->local, l, sizeof l), format_addr(&c->peer, p, sizeof p),
+            r2s__path_name(path), why ? " (" : "", r2s__reason_name(why), why ? ")" : "", tx, rx);
 }
 
 void r2s__conn_put(r2s_conn_t *c)
 {
   if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  classify(c);
   if (r2s__log_level >= R2S_LOG_INFO) log_summary(c);
   fold_bytes(c);
+  if (c->link) {
+    r2s__link_free(c->link);
+    c->link = NULL;
+  }
   pthread_mutex_lock(&pool_lock);
-  if (c->live_prev) c->live_prev->live_next = c->live_next;
-  else live_head = c->live_next;
+  if (c->live_prev)
+    c->live_prev->live_next = c->live_next;
+  else
+    live_head = c->live_next;
   if (c->live_next) c->live_next->live_prev = c->live_prev;
   live_count--;
   c->live_prev = NULL;
@@ -163,23 +199,30 @@ static void fill_addresses(r2s_conn_t *c, int fd)
   if (r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &len) < 0) c->peer.ss_family = 0;
 }
 
-/* The upgrade policy. Until a transport is built in, every connection
- * stays on TCP; the reason says whether the user or the build decided. */
-static r2s_reason_t choose_path(r2s_conn_t *c, r2s_path_t *path)
+/* The first direction of the connection moved into a ring. */
+static void on_upgrade(void *arg, int path)
 {
-  (void)c;
-  *path = R2S_PATH_TCP;
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return R2S_REASON_DISABLED;
-  return R2S_REASON_NO_TRANSPORT;
+  r2s_conn_t *c = arg;
+  __atomic_store_n(&c->path, path, __ATOMIC_RELEASE);
+  if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) == 0)
+    r2s__stat_add(path == R2S_PATH_RDMA ? R2S_STAT_conn_rdma : R2S_STAT_conn_shm, 1);
 }
 
 void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected)
 {
   if (connected) {
-    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED, __ATOMIC_ACQ_REL);
+    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED, __ATOMIC_ACQ_REL);
     if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
+    __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
   }
   R2S_STAT_INC(sockets_adopted);
+}
+
+void r2s__conn_app_oob(r2s_conn_t *c, int fd)
+{
+  r2s__conn_set_flag(c, R2S_CONN_APP_OOB, true);
+  r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+  if (l) r2s__link_app_oob(l, fd);
 }
 
 void r2s__conn_established(r2s_conn_t *c, int fd)
@@ -189,14 +232,26 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
   r2s__conn_set_flag(c, R2S_CONN_CONNECTING, false);
   R2S_STAT_INC(conn_seen);
   if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
-  r2s_path_t path;
-  r2s_reason_t why = choose_path(c, &path);
-  c->reason = why;
-  __atomic_store_n(&c->path, (int)path, __ATOMIC_RELEASE);
-  R2S_STAT_INC(conn_tcp);
-  if (why == R2S_REASON_DISABLED) R2S_STAT_INC(tcp_disabled);
-  else if (why == R2S_REASON_NO_TRANSPORT) R2S_STAT_INC(tcp_no_transport);
-  r2s__debug("conn %" PRIu32 " fd %d established, path %s", c->id, fd, r2s__path_name(path));
+  if (old & R2S_CONN_OOBINLINE) {
+    r2s_link_t *l = r2s__link_start_inline(fd);
+    if (l) __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
+    c->reason = R2S_REASON_APP_OOB;
+    return;
+  }
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB)) {
+    c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
+    return;
+  }
+  /* The hello goes out now, before any application byte can. */
+  r2s_link_t *l = r2s__link_start(fd);
+  if (!l) {
+    c->reason = R2S_REASON_NO_HELLO;
+    return;
+  }
+  l->on_upgrade = on_upgrade;
+  l->on_upgrade_arg = c;
+  __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
+  r2s__debug("conn %" PRIu32 " fd %d established, hello sent", c->id, fd);
 }
 
 void r2s__conn_fold_live(void)
@@ -204,6 +259,7 @@ void r2s__conn_fold_live(void)
   pthread_mutex_lock(&pool_lock);
   for (r2s_conn_t *c = live_head; c; c = c->live_next) {
     /* Connections the app never closed still get their line. */
+    classify(c);
     if (r2s__log_level >= R2S_LOG_INFO) log_summary(c);
     fold_bytes(c);
   }
@@ -215,6 +271,9 @@ void r2s__conn_fold_live(void)
 void r2s__conn_fork_prepare(void)
 {
   pthread_mutex_lock(&pool_lock);
+  /* Every live connection is about to be shared by two processes: neither
+   * may end it for the other (no drain, no background close). */
+  for (r2s_conn_t *c = live_head; c; c = c->live_next) r2s__conn_set_flag(c, R2S_CONN_FORKED, true);
 }
 
 void r2s__conn_fork_parent(void)
@@ -226,6 +285,9 @@ void r2s__conn_fork_child(void)
 {
   pthread_mutex_unlock(&pool_lock);
   for (r2s_conn_t *c = live_head; c; c = c->live_next) {
+    /* The parent counted these connections (seen, and their path when it
+     * closes its copy); the child's own account leaves them out. */
+    __atomic_store_n(&c->counted, 1, __ATOMIC_RELAXED);
     for (int p = 0; p < R2S_PATH_COUNT; p++) {
       __atomic_store_n(&c->tx[p], 0, __ATOMIC_RELAXED);
       __atomic_store_n(&c->rx[p], 0, __ATOMIC_RELAXED);

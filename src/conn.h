@@ -39,25 +39,45 @@ typedef enum {
 /* Why a connection stayed on TCP; each maps to one stats counter. */
 typedef enum {
   R2S_REASON_NONE = 0,
-  R2S_REASON_DISABLED,     /* R2SOCK_UPGRADE=never */
-  R2S_REASON_NO_TRANSPORT, /* nothing to upgrade to in this build */
+  R2S_REASON_DISABLED,     /* R2SOCK_UPGRADE=never, or a denied port */
+  R2S_REASON_PEER_PLAIN,   /* the peer sent no hello */
+  R2S_REASON_NO_PEER_YET,  /* ended before anything came from the peer */
+  R2S_REASON_UNFINISHED,   /* both shims, ended before the switch completed */
+  R2S_REASON_NO_RESOURCES, /* no ring could be made or mapped */
+  R2S_REASON_UNREACHABLE,  /* the peer is on another host and no transport reaches it */
+  R2S_REASON_APP_OOB,      /* the application uses urgent data */
+  R2S_REASON_FAILED,       /* a protocol error reset it */
+  R2S_REASON_NO_HELLO,     /* the hello could not be sent */
+  R2S_REASON_INHERITED,    /* inherited across exec: the protocol state stayed behind */
+  R2S_REASON_OTHER_USER,   /* the peer runs as another user: no shared memory */
+  R2S_REASON_COUNT
 } r2s_reason_t;
 
 /* flags */
-#define R2S_CONN_NONBLOCK 0x1u    /* O_NONBLOCK on the open file description */
-#define R2S_CONN_ESTABLISHED 0x2u /* connected (or accepted) and decided */
-#define R2S_CONN_CONNECTING 0x4u  /* nonblocking connect() in progress */
+#define R2S_CONN_NONBLOCK    0x1u  /* O_NONBLOCK on the open file description */
+#define R2S_CONN_ESTABLISHED 0x2u  /* connected (or accepted) and decided */
+#define R2S_CONN_CONNECTING  0x4u  /* nonblocking connect() in progress */
+#define R2S_CONN_ADOPTED     0x8u  /* inherited: another process counted it */
+#define R2S_CONN_APP_OOB     0x10u /* the application uses urgent data: never upgrade */
+#define R2S_CONN_OOBINLINE   0x20u /* ... and set SO_OOBINLINE */
+#define R2S_CONN_FORKED      0x40u /* shared with another process since a fork() */
 
 typedef struct r2s_conn_s r2s_conn_t;
+typedef struct r2s_link_s r2s_link_t;
 struct r2s_conn_s {
-  uint32_t refs;  /* atomic */
-  uint32_t flags; /* atomic, R2S_CONN_* */
-  uint32_t id;    /* process-unique, for logs */
-  int domain;     /* AF_INET or AF_INET6 */
-  int role;       /* r2s_role_t, atomic */
-  int path;       /* r2s_path_t, atomic; fixed once established */
-  int reason;     /* r2s_reason_t, set with path */
-  int fd_hint;    /* an fd that referred to it, for logs */
+  uint32_t refs;                     /* atomic */
+  uint32_t flags;                    /* atomic, R2S_CONN_* */
+  uint32_t id;                       /* process-unique, for logs */
+  int domain;                        /* AF_INET or AF_INET6 */
+  int role;                          /* r2s_role_t, atomic */
+  int path;                          /* r2s_path_t, atomic; fixed once established */
+  int reason;                        /* r2s_reason_t, set with path */
+  int fd_hint;                       /* an fd that referred to it, for logs */
+  uint32_t nfds;                     /* atomic: fd-table slots pointing here */
+  uint32_t rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO / SO_SNDTIMEO, 0 = none */
+  uint32_t counted;                  /* atomic: its path/reason went into the stats */
+  int8_t app_nodelay, app_cork;      /* the application's TCP_NODELAY/TCP_CORK, -1: never set */
+  r2s_link_t *link;                  /* the upgrade protocol; NULL: plain TCP for good */
   /* Bytes moved, per path; relaxed atomics, folded into the stats at the end. */
   uint64_t tx[R2S_PATH_COUNT];
   uint64_t rx[R2S_PATH_COUNT];
@@ -92,9 +112,20 @@ static inline uint32_t r2s__conn_flags(const r2s_conn_t *c)
 }
 static inline void r2s__conn_set_flag(r2s_conn_t *c, uint32_t f, bool on)
 {
-  if (on) __atomic_fetch_or(&c->flags, f, __ATOMIC_ACQ_REL);
-  else __atomic_fetch_and(&c->flags, ~f, __ATOMIC_ACQ_REL);
+  if (on)
+    __atomic_fetch_or(&c->flags, f, __ATOMIC_ACQ_REL);
+  else
+    __atomic_fetch_and(&c->flags, ~f, __ATOMIC_ACQ_REL);
 }
+/* True while the kernel alone serves this connection: no link, or a link
+ * that settled on plain TCP both ways. The wrappers' fast test: two loads.
+ * (The link's first member is its passthrough flag; link.c asserts it.) */
+static inline bool r2s__conn_passthrough(const r2s_conn_t *c)
+{
+  const int *l = (const int *)__atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+  return !l || __atomic_load_n(l, __ATOMIC_ACQUIRE) != 0;
+}
+
 static inline r2s_path_t r2s__conn_path(const r2s_conn_t *c)
 {
   return (r2s_path_t)__atomic_load_n(&c->path, __ATOMIC_ACQUIRE);
@@ -114,6 +145,11 @@ void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role);
  * connect completed, or accept returned it): choose the path and count it.
  * Runs once per connection; later calls return at once. */
 void r2s__conn_established(r2s_conn_t *c, int fd);
+
+/* The application uses urgent data on c (MSG_OOB, SO_OOBINLINE,
+ * SIOCATMARK): it is never upgraded, and a negotiation not yet switched
+ * settles on plain TCP. */
+void r2s__conn_app_oob(r2s_conn_t *c, int fd);
 
 /* A nonblocking connect() is in progress on c; the wrappers call
  * r2s__conn_established when they see it complete. */

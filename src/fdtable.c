@@ -38,8 +38,7 @@ int r2s__fdtable_init(void)
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     int err = errno;
-    r2s__warn("cannot reserve the fd table (%u fds): %s; every socket stays plain TCP", cap,
-              strerror(err));
+    r2s__warn("cannot reserve the fd table (%u fds): %s; every socket stays plain TCP", cap, strerror(err));
     return -err;
   }
   r2s__fd_slots = p;
@@ -52,13 +51,16 @@ int r2s__fd_install(int fd, r2s_conn_t *c)
 {
   if ((unsigned)fd >= __atomic_load_n(&r2s__fd_cap, __ATOMIC_ACQUIRE)) return -EBADF;
   r2s__conn_ref(c);
+  __atomic_fetch_add(&c->nfds, 1, __ATOMIC_RELAXED);
   r2s_conn_t *old = __atomic_exchange_n(&r2s__fd_slots[fd], c, __ATOMIC_ACQ_REL);
   unsigned high = __atomic_load_n(&fd_high, __ATOMIC_RELAXED);
-  while ((unsigned)fd >= high &&
-         !__atomic_compare_exchange_n(&fd_high, &high, (unsigned)fd + 1, true, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED)) {
+  while ((unsigned)fd >= high && !__atomic_compare_exchange_n(&fd_high, &high, (unsigned)fd + 1, true,
+                                                              __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
-  if (old) r2s__conn_put(old);
+  if (old) {
+    __atomic_fetch_sub(&old->nfds, 1, __ATOMIC_RELAXED);
+    r2s__conn_put(old);
+  }
   return 0;
 }
 
@@ -66,7 +68,9 @@ r2s_conn_t *r2s__fd_remove(int fd)
 {
   if ((unsigned)fd >= __atomic_load_n(&r2s__fd_cap, __ATOMIC_ACQUIRE)) return NULL;
   if (!__atomic_load_n(&r2s__fd_slots[fd], __ATOMIC_RELAXED)) return NULL; /* keep the page clean */
-  return __atomic_exchange_n(&r2s__fd_slots[fd], NULL, __ATOMIC_ACQ_REL);
+  r2s_conn_t *c = __atomic_exchange_n(&r2s__fd_slots[fd], NULL, __ATOMIC_ACQ_REL);
+  if (c) __atomic_fetch_sub(&c->nfds, 1, __ATOMIC_ACQ_REL);
+  return c;
 }
 
 void r2s__fd_remove_range(unsigned lo, unsigned hi)

@@ -55,7 +55,8 @@ static inline r2s_conn_t *r2s__fd_get(int fd)
  * -EBADF if fd is outside the table (c is then simply not tracked there). */
 int r2s__fd_install(int fd, r2s_conn_t *c);
 
-/* Empties the slot and returns its reference (the caller puts it), or NULL. */
+/* Empties the slot and returns its reference (the caller puts it), or NULL.
+ * c->nfds then says how many fds of this process still refer to it. */
 r2s_conn_t *r2s__fd_remove(int fd);
 
 /* Empties the slots lo..hi (inclusive, clamped to the highest fd ever used). */

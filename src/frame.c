@@ -65,8 +65,8 @@ int r2s__frame_hdr_put(uint8_t *buf, size_t cap, uint8_t type, uint32_t len)
 }
 
 /* HANDSHAKE payload: fixed part, then offers as (kind u8, len u16, body). */
-#define HS_FIXED (2 + 2 + 4 + 16 + 8)
-#define SHM_BODY (R2S_SHM_NAME_MAX + 8)
+#define HS_FIXED  (2 + 2 + 4 + 16 + 8)
+#define SHM_BODY  (R2S_SHM_NAME_MAX + 8)
 #define RDMA_BODY (4 + 4 + 16 + 2 + 1 + 8 + 8 + 4 + 8 + 4)
 
 int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap)
@@ -127,8 +127,8 @@ int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out)
       memcpy(h.shm.name, b, R2S_SHM_NAME_MAX);
       /* The name is used as a path: it must be terminated, start with '/'
        * and hold no other '/'. */
-      if (h.shm.name[R2S_SHM_NAME_MAX - 1] != 0 || h.shm.name[0] != '/' ||
-          strchr(h.shm.name + 1, '/') || h.shm.name[1] == 0)
+      if (h.shm.name[R2S_SHM_NAME_MAX - 1] != 0 || h.shm.name[0] != '/' || strchr(h.shm.name + 1, '/') ||
+          h.shm.name[1] == 0)
         return -EPROTO;
       h.shm.ring_size = get64(b + R2S_SHM_NAME_MAX);
       h.has_shm = 1;

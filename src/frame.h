@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #define R2S_PROTO_VERSION 1
-#define R2S_HELLO_BYTE 0x48  /* 'H', urgent, position 0 of each direction */
-#define R2S_SWITCH_BYTE 0x55 /* 'U', urgent, where a direction turns to frames */
+#define R2S_HELLO_BYTE    0x48 /* 'H', urgent, position 0 of each direction */
+#define R2S_SWITCH_BYTE   0x55 /* 'U', urgent, where a direction turns to frames */
 
 enum {
   R2S_FRAME_HANDSHAKE = 1, /* version, host identity, transport offers */
@@ -35,10 +35,11 @@ enum {
   R2S_FRAME_CREDIT = 5,    /* consumer index u64 */
   R2S_FRAME_FIN = 6,       /* no more bytes after ring offset u64 */
   R2S_FRAME_DECLINE = 7,   /* reason u64: keep using DATA frames */
-  R2S_FRAME_TYPE_MAX = 7
+  R2S_FRAME_PLAIN = 8,     /* after ring offset u64 this direction is plain TCP again */
+  R2S_FRAME_TYPE_MAX = 8
 };
 
-#define R2S_FRAME_HDR_LEN 8
+#define R2S_FRAME_HDR_LEN  8
 #define R2S_FRAME_CTRL_MAX (64u << 10) /* payload limit of control frames */
 #define R2S_FRAME_DATA_MAX (256u << 10)
 
@@ -90,7 +91,7 @@ int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap);
  * Unknown offer kinds are skipped (forward compatibility). */
 int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out);
 
-/* Frames whose payload is one u64: RING, CREDIT, FIN, DECLINE. */
+/* Frames whose payload is one u64: RING, CREDIT, FIN, DECLINE, PLAIN. */
 int r2s__frame_u64_encode(uint8_t type, uint64_t v, uint8_t *buf, size_t cap);
 int r2s__frame_u64_decode(const uint8_t *payload, size_t len, uint64_t *v);
 

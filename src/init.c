@@ -16,6 +16,7 @@
 #include "libc.h"
 #include "log.h"
 #include "options.h"
+#include "reaper.h"
 #include "stats.h"
 
 int r2s__ready;
@@ -37,6 +38,7 @@ static void fork_parent(void)
 }
 static void fork_child(void)
 {
+  r2s__reaper_fork_child();
   r2s__conn_fork_child();
   r2s__stats_reset(); /* the child's account starts empty */
 }
@@ -115,6 +117,7 @@ __attribute__((constructor)) static void r2s_constructor(void)
 __attribute__((destructor)) static void r2s_destructor(void)
 {
   if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) return;
+  r2s__reaper_wait(1000);
   if (r2s__opt.stats || r2s__log_level >= R2S_LOG_INFO) r2s__conn_fold_live();
   if (!r2s__opt.stats) return;
   r2s_stats_t s;
@@ -137,4 +140,6 @@ __attribute__((destructor)) static void r2s_destructor(void)
   }
   (void)r2s__write_all(fd, line, n);
   if (fd != 2) r2s__libc.close(fd);
+  free((void *)r2s__opt.stats_file); /* the process is ending: the copy has served */
+  r2s__opt.stats_file = NULL;
 }

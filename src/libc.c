@@ -32,12 +32,12 @@ int r2s__libc_load(void)
   /* Plain stores of identical values from racing threads: each pointer is
    * written with the value dlsym returns, the same in every thread, and
    * readers only ever see NULL or that value (pointer-sized stores). */
-#define R2S_LIBC_LOAD(name, ret, params, required)                 \
-  p = dlsym(RTLD_NEXT, #name);                                      \
-  if (!p && (required)) {                                           \
-    say_missing(#name);                                             \
-    rc = -ENOSYS;                                                   \
-  }                                                                 \
+#define R2S_LIBC_LOAD(name, ret, params, required)                                                           \
+  p = dlsym(RTLD_NEXT, #name);                                                                               \
+  if (!p && (required)) {                                                                                    \
+    say_missing(#name);                                                                                      \
+    rc = -ENOSYS;                                                                                            \
+  }                                                                                                          \
   __atomic_store_n((void **)&r2s__libc.name, p, __ATOMIC_RELEASE);
   R2S_LIBC_FUNCS(R2S_LIBC_LOAD)
 #undef R2S_LIBC_LOAD

@@ -27,51 +27,51 @@
 #include <time.h>
 
 /* X(name, return type, parameter list, required) */
-#define R2S_LIBC_FUNCS(X)                                                              \
-  X(socket, int, (int, int, int), 1)                                                   \
-  X(connect, int, (int, const struct sockaddr *, socklen_t), 1)                        \
-  X(accept, int, (int, struct sockaddr *, socklen_t *), 1)                             \
-  X(accept4, int, (int, struct sockaddr *, socklen_t *, int), 1)                       \
-  X(bind, int, (int, const struct sockaddr *, socklen_t), 1)                           \
-  X(listen, int, (int, int), 1)                                                        \
-  X(close, int, (int), 1)                                                              \
-  X(shutdown, int, (int, int), 1)                                                      \
-  X(dup, int, (int), 1)                                                                \
-  X(dup2, int, (int, int), 1)                                                          \
-  X(dup3, int, (int, int, int), 1)                                                     \
-  X(fcntl, int, (int, int, ...), 1)                                                    \
-  X(fcntl64, int, (int, int, ...), 0)                                                  \
-  X(ioctl, int, (int, unsigned long, ...), 1)                                          \
-  X(setsockopt, int, (int, int, int, const void *, socklen_t), 1)                      \
-  X(getsockopt, int, (int, int, int, void *, socklen_t *), 1)                          \
-  X(getsockname, int, (int, struct sockaddr *, socklen_t *), 1)                        \
-  X(getpeername, int, (int, struct sockaddr *, socklen_t *), 1)                        \
-  X(read, ssize_t, (int, void *, size_t), 1)                                           \
-  X(write, ssize_t, (int, const void *, size_t), 1)                                    \
-  X(readv, ssize_t, (int, const struct iovec *, int), 1)                               \
-  X(writev, ssize_t, (int, const struct iovec *, int), 1)                              \
-  X(send, ssize_t, (int, const void *, size_t, int), 1)                                \
-  X(sendto, ssize_t, (int, const void *, size_t, int, const struct sockaddr *, socklen_t), 1) \
-  X(sendmsg, ssize_t, (int, const struct msghdr *, int), 1)                            \
-  X(sendmmsg, int, (int, struct mmsghdr *, unsigned int, int), 1)                      \
-  X(recv, ssize_t, (int, void *, size_t, int), 1)                                      \
-  X(recvfrom, ssize_t, (int, void *, size_t, int, struct sockaddr *, socklen_t *), 1)  \
-  X(recvmsg, ssize_t, (int, struct msghdr *, int), 1)                                  \
-  X(recvmmsg, int, (int, struct mmsghdr *, unsigned int, int, struct timespec *), 1)   \
-  X(sendfile, ssize_t, (int, int, off_t *, size_t), 1)                                 \
-  X(sendfile64, ssize_t, (int, int, off_t *, size_t), 0)                               \
-  X(poll, int, (struct pollfd *, nfds_t, int), 1)                                      \
-  X(ppoll, int, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *), 1) \
-  X(select, int, (int, fd_set *, fd_set *, fd_set *, struct timeval *), 1)             \
-  X(pselect, int, (int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *), 1) \
-  X(epoll_create, int, (int), 1)                                                       \
-  X(epoll_create1, int, (int), 1)                                                      \
-  X(epoll_ctl, int, (int, int, int, struct epoll_event *), 1)                          \
-  X(epoll_wait, int, (int, struct epoll_event *, int, int), 1)                         \
-  X(epoll_pwait, int, (int, struct epoll_event *, int, int, const sigset_t *), 1)      \
-  X(epoll_pwait2, int, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *), 0) \
-  X(fork, pid_t, (void), 1)                                                            \
-  X(close_range, int, (unsigned int, unsigned int, int), 0)                            \
+#define R2S_LIBC_FUNCS(X)                                                                                    \
+  X(socket, int, (int, int, int), 1)                                                                         \
+  X(connect, int, (int, const struct sockaddr *, socklen_t), 1)                                              \
+  X(accept, int, (int, struct sockaddr *, socklen_t *), 1)                                                   \
+  X(accept4, int, (int, struct sockaddr *, socklen_t *, int), 1)                                             \
+  X(bind, int, (int, const struct sockaddr *, socklen_t), 1)                                                 \
+  X(listen, int, (int, int), 1)                                                                              \
+  X(close, int, (int), 1)                                                                                    \
+  X(shutdown, int, (int, int), 1)                                                                            \
+  X(dup, int, (int), 1)                                                                                      \
+  X(dup2, int, (int, int), 1)                                                                                \
+  X(dup3, int, (int, int, int), 1)                                                                           \
+  X(fcntl, int, (int, int, ...), 1)                                                                          \
+  X(fcntl64, int, (int, int, ...), 0)                                                                        \
+  X(ioctl, int, (int, unsigned long, ...), 1)                                                                \
+  X(setsockopt, int, (int, int, int, const void *, socklen_t), 1)                                            \
+  X(getsockopt, int, (int, int, int, void *, socklen_t *), 1)                                                \
+  X(getsockname, int, (int, struct sockaddr *, socklen_t *), 1)                                              \
+  X(getpeername, int, (int, struct sockaddr *, socklen_t *), 1)                                              \
+  X(read, ssize_t, (int, void *, size_t), 1)                                                                 \
+  X(write, ssize_t, (int, const void *, size_t), 1)                                                          \
+  X(readv, ssize_t, (int, const struct iovec *, int), 1)                                                     \
+  X(writev, ssize_t, (int, const struct iovec *, int), 1)                                                    \
+  X(send, ssize_t, (int, const void *, size_t, int), 1)                                                      \
+  X(sendto, ssize_t, (int, const void *, size_t, int, const struct sockaddr *, socklen_t), 1)                \
+  X(sendmsg, ssize_t, (int, const struct msghdr *, int), 1)                                                  \
+  X(sendmmsg, int, (int, struct mmsghdr *, unsigned int, int), 1)                                            \
+  X(recv, ssize_t, (int, void *, size_t, int), 1)                                                            \
+  X(recvfrom, ssize_t, (int, void *, size_t, int, struct sockaddr *, socklen_t *), 1)                        \
+  X(recvmsg, ssize_t, (int, struct msghdr *, int), 1)                                                        \
+  X(recvmmsg, int, (int, struct mmsghdr *, unsigned int, int, struct timespec *), 1)                         \
+  X(sendfile, ssize_t, (int, int, off_t *, size_t), 1)                                                       \
+  X(sendfile64, ssize_t, (int, int, off_t *, size_t), 0)                                                     \
+  X(poll, int, (struct pollfd *, nfds_t, int), 1)                                                            \
+  X(ppoll, int, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *), 1)                     \
+  X(select, int, (int, fd_set *, fd_set *, fd_set *, struct timeval *), 1)                                   \
+  X(pselect, int, (int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *), 1)         \
+  X(epoll_create, int, (int), 1)                                                                             \
+  X(epoll_create1, int, (int), 1)                                                                            \
+  X(epoll_ctl, int, (int, int, int, struct epoll_event *), 1)                                                \
+  X(epoll_wait, int, (int, struct epoll_event *, int, int), 1)                                               \
+  X(epoll_pwait, int, (int, struct epoll_event *, int, int, const sigset_t *), 1)                            \
+  X(epoll_pwait2, int, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *), 0)       \
+  X(fork, pid_t, (void), 1)                                                                                  \
+  X(close_range, int, (unsigned int, unsigned int, int), 0)                                                  \
   X(closefrom, void, (int), 0)
 
 typedef struct r2s_libc_s {

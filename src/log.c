@@ -31,7 +31,9 @@ void r2s__log_write(int level, const char *fmt, ...)
   int saved = errno;
   char line[512];
   int n = snprintf(line, sizeof line, "r2sock[%d]: %s: ", (int)getpid(),
-                   level_names[level < 0 ? 0 : level > 3 ? 3 : level]);
+                   level_names[level < 0   ? 0
+                               : level > 3 ? 3
+                                           : level]);
   va_list ap;
   va_start(ap, fmt);
   int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);

@@ -22,13 +22,13 @@ extern int r2s__log_level;
 
 void r2s__log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define R2S_LOG(level, ...)                                 \
-  do {                                                      \
-    if ((level) <= r2s__log_level) r2s__log_write((level), __VA_ARGS__); \
+#define R2S_LOG(level, ...)                                                                                  \
+  do {                                                                                                       \
+    if ((level) <= r2s__log_level) r2s__log_write((level), __VA_ARGS__);                                     \
   } while (0)
 #define r2s__error(...) R2S_LOG(R2S_LOG_ERROR, __VA_ARGS__)
-#define r2s__warn(...) R2S_LOG(R2S_LOG_WARN, __VA_ARGS__)
-#define r2s__info(...) R2S_LOG(R2S_LOG_INFO, __VA_ARGS__)
+#define r2s__warn(...)  R2S_LOG(R2S_LOG_WARN, __VA_ARGS__)
+#define r2s__info(...)  R2S_LOG(R2S_LOG_INFO, __VA_ARGS__)
 #define r2s__debug(...) R2S_LOG(R2S_LOG_DEBUG, __VA_ARGS__)
 
 /* Writes all of buf to fd with the saved libc write, retrying on EINTR and

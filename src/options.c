@@ -41,11 +41,19 @@ bool r2s__parse_size(const char *s, uint64_t *out)
   if (errno || end == s) return false;
   unsigned shift = 0;
   switch (toupper((unsigned char)*end)) {
-  case 'K': shift = 10; break;
-  case 'M': shift = 20; break;
-  case 'G': shift = 30; break;
-  case '\0': break;
-  default: return false;
+  case 'K':
+    shift = 10;
+    break;
+  case 'M':
+    shift = 20;
+    break;
+  case 'G':
+    shift = 30;
+    break;
+  case '\0':
+    break;
+  default:
+    return false;
   }
   if (shift) {
     end++;
@@ -84,11 +92,30 @@ bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out)
   return true;
 }
 
+bool r2s__parse_ringsize(const char *s, uint64_t *out)
+{
+  uint64_t v;
+  if (!r2s__parse_size(s, &v) || v < 4096 || v > (1ull << 30) || (v & (v - 1))) return false;
+  *out = v;
+  return true;
+}
+
+bool r2s__parse_usec(const char *s, unsigned *out)
+{
+  uint64_t v;
+  if (!r2s__parse_size(s, &v) || v > 100000 || strpbrk(s, "kKmMgG")) return false;
+  *out = (unsigned)v;
+  return true;
+}
+
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len)
 {
-  if (v->mode == R2S_UPGRADE_NEVER) snprintf(buf, len, "never");
-  else if (v->mode == R2S_UPGRADE_AUTO) snprintf(buf, len, "auto");
-  else snprintf(buf, len, "after %" PRIu64 " bytes", v->after_bytes);
+  if (v->mode == R2S_UPGRADE_NEVER)
+    snprintf(buf, len, "never");
+  else if (v->mode == R2S_UPGRADE_AUTO)
+    snprintf(buf, len, "auto");
+  else
+    snprintf(buf, len, "after %" PRIu64 " bytes", v->after_bytes);
   return buf;
 }
 
@@ -104,12 +131,32 @@ static bool parse_string(const char *s, const char **out)
 }
 
 /* Adapters with one name per option type, so the table can dispatch on it. */
-#define parse_bool r2s__parse_bool
-#define parse_level r2s__parse_level
-#define parse_upgrade r2s__parse_upgrade
+#define parse_bool     r2s__parse_bool
+#define parse_level    r2s__parse_level
+#define parse_upgrade  r2s__parse_upgrade
+#define parse_ringsize r2s__parse_ringsize
+#define parse_usec     r2s__parse_usec
 
-static const char *format_bool(const bool *v, char *b, size_t n) { snprintf(b, n, "%d", *v); return b; }
-static const char *format_level(const int *v, char *b, size_t n) { snprintf(b, n, "%d", *v); return b; }
+static const char *format_bool(const bool *v, char *b, size_t n)
+{
+  snprintf(b, n, "%d", *v);
+  return b;
+}
+static const char *format_ringsize(const uint64_t *v, char *b, size_t n)
+{
+  snprintf(b, n, "%llu", (unsigned long long)*v);
+  return b;
+}
+static const char *format_usec(const unsigned *v, char *b, size_t n)
+{
+  snprintf(b, n, "%u", *v);
+  return b;
+}
+static const char *format_level(const int *v, char *b, size_t n)
+{
+  snprintf(b, n, "%d", *v);
+  return b;
+}
 static const char *format_string(const char *const *v, char *b, size_t n)
 {
   snprintf(b, n, "%s", *v ? *v : "(unset)");
@@ -121,11 +168,13 @@ static const char *const accepted_level = "error, warn, info, debug or 0-3";
 static const char *const accepted_bool = "1/0, yes/no, on/off, true/false";
 static const char *const accepted_string = "a non-empty string";
 static const char *const accepted_upgrade = "never, auto or a size such as 64K";
+static const char *const accepted_ringsize = "a power of two from 4K to 1G";
+static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
 
 /* True if name (after "R2SOCK_", up to '=') is in the table. */
 static bool known_name(const char *name, size_t len)
 {
-#define R2S_OPT_KNOWN(NAME, field, type, def, doc) \
+#define R2S_OPT_KNOWN(NAME, field, type, def, doc)                                                           \
   if (len == sizeof(#NAME) - 1 && memcmp(name, #NAME, len) == 0) return true;
   R2S_OPTIONS(R2S_OPT_KNOWN)
 #undef R2S_OPT_KNOWN
@@ -174,13 +223,14 @@ void r2s__options_load(void)
   int i = 0;
   const char *v;
   char **env = startup_environment();
-#define R2S_OPT_READ(NAME, field, type, def, doc)                                           \
-  origin[i] = "default";                                                                  \
-  if ((v = env_get(env, "R2SOCK_" #NAME)) != NULL) {                                      \
-    if (parse_##type(v, &r2s__opt.field)) origin[i] = "environment";                      \
-    else r2s__warn("R2SOCK_" #NAME "=%s is not valid (expected %s); keeping the default", \
-                   v, accepted_##type);                                                   \
-  }                                                                                       \
+#define R2S_OPT_READ(NAME, field, type, def, doc)                                                            \
+  origin[i] = "default";                                                                                     \
+  if ((v = env_get(env, "R2SOCK_" #NAME)) != NULL) {                                                         \
+    if (parse_##type(v, &r2s__opt.field))                                                                    \
+      origin[i] = "environment";                                                                             \
+    else                                                                                                     \
+      r2s__warn("R2SOCK_" #NAME "=%s is not valid (expected %s); keeping the default", v, accepted_##type);  \
+  }                                                                                                          \
   i++;
   R2S_OPTIONS(R2S_OPT_READ)
 #undef R2S_OPT_READ
@@ -201,10 +251,10 @@ void r2s__options_load(void)
   if (r2s__opt.verbose) {
     char buf[64];
     i = 0;
-#define R2S_OPT_PRINT(NAME, field, type, def, doc)                                     \
-    r2s__info("option R2SOCK_%-11s = %-12s (%s)  %s", #NAME,                           \
-              format_##type(&r2s__opt.field, buf, sizeof buf), origin[i], doc);        \
-    i++;
+#define R2S_OPT_PRINT(NAME, field, type, def, doc)                                                           \
+  r2s__info("option R2SOCK_%-11s = %-12s (%s)  %s", #NAME, format_##type(&r2s__opt.field, buf, sizeof buf),  \
+            origin[i], doc);                                                                                 \
+  i++;
     R2S_OPTIONS(R2S_OPT_PRINT)
 #undef R2S_OPT_PRINT
   }

@@ -29,18 +29,22 @@ typedef struct r2s_opt_upgrade_s {
 typedef int r2s_opt_level_t;
 typedef bool r2s_opt_bool_t;
 typedef const char *r2s_opt_string_t;
+typedef uint64_t r2s_opt_ringsize_t;
+typedef unsigned r2s_opt_usec_t;
 
 /* X(NAME, field, type, default, doc) */
-#define R2S_OPTIONS(X)                                                                          \
-  X(LOG, log_level, level, 1,                                                                   \
-    "messages on stderr: error, warn, info (one line per connection), debug; or 0-3")            \
-  X(VERBOSE, verbose, bool, false,                                                              \
-    "print every option at start-up and raise LOG to at least info")                             \
-  X(STATS, stats, bool, false, "print the counters on stderr when the process exits")           \
-  X(STATS_FILE, stats_file, string, NULL,                                                       \
-    "append the exit counters to this file instead (implies STATS)")                              \
-  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0}),                      \
-    "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")
+#define R2S_OPTIONS(X)                                                                                       \
+  X(LOG, log_level, level, 1,                                                                                \
+    "messages on stderr: error, warn, info (one line per connection), debug; or 0-3")                        \
+  X(VERBOSE, verbose, bool, false, "print every option at start-up and raise LOG to at least info")          \
+  X(STATS, stats, bool, false, "print the counters on stderr when the process exits")                        \
+  X(STATS_FILE, stats_file, string, NULL, "append the exit counters to this file instead (implies STATS)")   \
+  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_NEVER, 0}),                                  \
+    "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")        \
+  X(PEER_SHIM, peer_shim, bool, false,                                                                       \
+    "assume every peer runs r2sock: switch without waiting for its hello")                                   \
+  X(RING_SIZE, ring_size, ringsize, (512u << 10), "bytes of each receive ring (a power of two, 4K to 1G)")   \
+  X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)")
 
 typedef struct r2s_options_s {
 #define R2S_OPT_FIELD(NAME, field, type, def, doc) r2s_opt_##type##_t field;
@@ -59,6 +63,8 @@ bool r2s__parse_bool(const char *s, bool *out);
 bool r2s__parse_size(const char *s, uint64_t *out);
 bool r2s__parse_level(const char *s, int *out);
 bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out);
+bool r2s__parse_ringsize(const char *s, uint64_t *out);
+bool r2s__parse_usec(const char *s, unsigned *out);
 
 /* Formats the value of one option for printing; returns buf. */
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len);

@@ -20,28 +20,40 @@
 #include <stdint.h>
 
 /* X(name, doc) */
-#define R2S_STATS(X)                                                              \
-  X(conn_seen, "TCP connections established through connect or accept")           \
-  X(conn_tcp, "connections that stayed on kernel TCP")                            \
-  X(conn_shm, "connections upgraded to shared memory")                            \
-  X(conn_rdma, "connections upgraded to RDMA")                                    \
-  X(tcp_disabled, "stayed on TCP because R2SOCK_UPGRADE=never")                   \
-  X(tcp_no_transport, "stayed on TCP because this build has no transport to offer") \
-  X(listeners, "TCP sockets that listened")                                       \
-  X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of") \
-  X(bytes_tcp_tx, "payload bytes sent over kernel TCP on tracked connections")    \
-  X(bytes_tcp_rx, "payload bytes received over kernel TCP on tracked connections") \
-  X(bytes_shm_tx, "payload bytes sent through shared memory")                     \
-  X(bytes_shm_rx, "payload bytes received through shared memory")                 \
-  X(bytes_rdma_tx, "payload bytes sent over RDMA")                                \
-  X(bytes_rdma_rx, "payload bytes received over RDMA")                            \
-  X(forks, "fork() calls this process made")
+#define R2S_STATS(X)                                                                                         \
+  X(conn_seen, "TCP connections established through connect or accept")                                      \
+  X(conn_tcp, "connections that stayed on kernel TCP")                                                       \
+  X(conn_shm, "connections upgraded to shared memory")                                                       \
+  X(conn_rdma, "connections upgraded to RDMA")                                                               \
+  X(tcp_disabled, "stayed on TCP: R2SOCK_UPGRADE=never or a denied port")                                    \
+  X(tcp_peer_plain, "stayed on TCP: the peer does not run r2sock")                                           \
+  X(tcp_no_peer_yet, "stayed on TCP: ended before the peer sent anything")                                   \
+  X(tcp_unfinished, "stayed on TCP: ended before the upgrade completed")                                     \
+  X(tcp_no_resources, "stayed on TCP: no ring could be made or mapped")                                      \
+  X(tcp_unreachable, "stayed on TCP: peer on another host, no transport reaches it")                         \
+  X(tcp_app_oob, "stayed on TCP: the application uses urgent data")                                          \
+  X(tcp_failed, "reset after a protocol error from the peer")                                                \
+  X(tcp_no_hello, "stayed on TCP: the hello could not be sent")                                              \
+  X(tcp_other_user, "stayed on TCP frames: the peer runs as another user")                                   \
+  X(listeners, "TCP sockets that listened")                                                                  \
+  X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of")                       \
+  X(bytes_tcp_tx, "payload bytes sent over kernel TCP on tracked connections")                               \
+  X(bytes_tcp_rx, "payload bytes received over kernel TCP on tracked connections")                           \
+  X(bytes_shm_tx, "payload bytes sent through shared memory")                                                \
+  X(bytes_shm_rx, "payload bytes received through shared memory")                                            \
+  X(bytes_rdma_tx, "payload bytes sent over RDMA")                                                           \
+  X(bytes_rdma_rx, "payload bytes received over RDMA")                                                       \
+  X(forks, "fork() calls this process made")                                                                 \
+  X(waits_sleep, "times a blocked call slept in the kernel")                                                 \
+  X(waits_slice_expired, "sleeps that ran their whole 100 ms slice (a missed doorbell costs one)")           \
+  X(doorbells, "doorbell frames sent to wake a sleeping peer")                                               \
+  X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")
 
 typedef enum {
 #define R2S_STAT_ENUM(name, doc) R2S_STAT_##name,
   R2S_STATS(R2S_STAT_ENUM)
 #undef R2S_STAT_ENUM
-  R2S_STAT_COUNT
+      R2S_STAT_COUNT
 } r2s_stat_id_t;
 
 typedef struct r2s_stats_s {

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -164,6 +165,10 @@ int sc_count_tcp_fds(void)
     long fd = strtol(de->d_name, &end, 10);
 
     if (*end != '\0' || end == de->d_name || fd == dirfd(dir)) continue;
+    /* r2sock finishes closed connections in the background (README,
+     * "close"): it keeps a close-on-exec duplicate at fd 512 or above for
+     * up to 2 s. These programs never open that many fds themselves. */
+    if (fd >= 512 && (fcntl((int)fd, F_GETFD) & FD_CLOEXEC)) continue;
     if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
     if (getsockopt((int)fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) continue;
     len = sizeof(int);

@@ -1,8 +1,11 @@
 #!/bin/bash
 # The README's options table lists exactly the options the library has.
 set -euo pipefail
+# shellcheck source=tests/unit/preload-env.sh
+source "$(dirname "$0")/preload-env.sh"
 lib=$1 readme=$2
-code=$(LD_PRELOAD=$lib R2SOCK_VERBOSE=1 /bin/true 2>&1 | sed -n 's/.*option \(R2SOCK_[A-Z_]*\) .*/\1/p' | sort)
+r2s_preload_for "$lib"
+code=$(LD_PRELOAD="$preload" R2SOCK_VERBOSE=1 /bin/true 2>&1 | sed -n 's/.*option \(R2SOCK_[A-Z_]*\) .*/\1/p' | sort)
 doc=$(sed -n '/^### Options/,/^### /p' "$readme" | sed -n 's/^| `\(R2SOCK_[A-Z_]*\)`.*/\1/p' | sort)
 [ -n "$code" ] || { echo "the library printed no options"; exit 1; }
 if [ "$code" != "$doc" ]; then

@@ -102,6 +102,7 @@ static void test_load_from_environment(void **state)
   unsetenv("R2SOCK_UPGRADE");
   unsetenv("R2SOCK_STATS_FILE");
   unsetenv("R2SOCK_LOG");
+  free((void *)r2s__opt.stats_file); /* string options are the shim's own copies */
   r2s__opt = defaults;
 }
 

@@ -1,0 +1,1097 @@
+/* The upgrade protocol of one connection (docs/protocol.md): hello,
+ * detection, the per-direction switch, frames, and the nonblocking stream
+ * operations over whichever path each direction is on. */
+#include "link.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include "conn.h"
+#include "hostid.h"
+#include "libc.h"
+#include "log.h"
+#include "options.h"
+#include "readiness.h"
+#include "reaper.h"
+#include "stats.h"
+
+_Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at offset 0");
+
+/* Returned inside this file when a state changed and the caller should
+ * look again; never escapes to the callers of r2s__link_*. */
+#define RETRY (-100000)
+
+static void pump_from_sender(r2s_link_t *l, int fd);
+
+/* ---- kernel calls, nonblocking, returning -errno ---- */
+
+static ssize_t k_send(int fd, const void *buf, size_t len, int flags)
+{
+  ssize_t n = r2s__libc.send(fd, buf, len, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n < 0 ? -errno : n;
+}
+
+static ssize_t k_recv(int fd, void *buf, size_t len, int flags)
+{
+  ssize_t n = r2s__libc.recv(fd, buf, len, flags | MSG_DONTWAIT);
+  return n < 0 ? -errno : n;
+}
+
+/* The caller's iovec, cut to at most max bytes (and 64 entries: a short
+ * read or write is always allowed). */
+static int trim_iov(struct iovec *out, const struct iovec *iov, int cnt, size_t max)
+{
+  int k = 0;
+  for (int i = 0; i < cnt && k < 64 && max > 0; i++) {
+    if (iov[i].iov_len == 0) continue;
+    out[k] = iov[i];
+    if (out[k].iov_len > max) out[k].iov_len = max;
+    max -= out[k].iov_len;
+    k++;
+  }
+  return k;
+}
+
+static size_t iov_total(const struct iovec *iov, int cnt)
+{
+  size_t t = 0;
+  for (int i = 0; i < cnt; i++) t += iov[i].iov_len;
+  return t;
+}
+
+static ssize_t k_recv_iov(int fd, const struct iovec *iov, int cnt, size_t max, int flags)
+{
+  struct iovec v[64];
+  struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)trim_iov(v, iov, cnt, max)};
+  ssize_t n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
+  return n < 0 ? -errno : n;
+}
+
+static int at_mark(int fd)
+{
+  int v = 0;
+  return r2s__libc.ioctl(fd, SIOCATMARK, &v) < 0 ? -errno : v;
+}
+
+/* The urgent byte the peer sent last, without consuming it (so an
+ * application that uses urgent data itself still finds it): its value,
+ * -EAGAIN if the pointer arrived but not the byte, -EINVAL if none. */
+static int urgent_peek(int fd)
+{
+  unsigned char c;
+  ssize_t n = r2s__libc.recv(fd, &c, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT);
+  return n == 1 ? c : -errno;
+}
+
+/* ---- state ---- */
+
+static void set_rx(r2s_link_t *l, int s)
+{
+  __atomic_store_n(&l->rx_state, s, __ATOMIC_RELEASE);
+}
+
+static void set_tx(r2s_link_t *l, int s)
+{
+  __atomic_store_n(&l->tx_state, s, __ATOMIC_RELEASE);
+}
+
+/* Both directions settled on plain TCP: from now on the wrappers skip the
+ * link entirely. */
+static void settle_plain(r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN &&
+      __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_PLAIN && !l->interlude_owed &&
+      __atomic_exchange_n(&l->passthrough, 1, __ATOMIC_ACQ_REL) == 0)
+    __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
+}
+
+static void fail(r2s_link_t *l, int err, const char *why)
+{
+  if (!l->failed)
+    r2s__warn(
+        "connection reset: %s (%s; rx state %d, tx state %d, header %02x %02x %02x %02x %02x %02x %02x %02x, "
+        "%u header bytes)",
+        why, strerror(-err), l->rx_state, l->tx_state, l->rx_hdr[0], l->rx_hdr[1], l->rx_hdr[2], l->rx_hdr[3],
+        l->rx_hdr[4], l->rx_hdr[5], l->rx_hdr[6], l->rx_hdr[7], l->rx_hdr_len);
+  l->failed = -ECONNRESET;
+}
+
+/* The peer turned out to be a plain TCP stack: the receive direction was
+ * decided by the caller; the send direction follows if it has not switched. */
+static void peer_is_plain(r2s_link_t *l, int fd, int reason)
+{
+  if (!l->tcp_reason) l->tcp_reason = reason;
+  if (l->app_oobinline) {
+    int on = 1;
+    (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on);
+  }
+  set_rx(l, R2S_RX_PLAIN);
+  if (pthread_mutex_trylock(&l->tx_lock) == 0) {
+    if (l->tx_state == R2S_TX_PROBE) set_tx(l, R2S_TX_PLAIN);
+    pthread_mutex_unlock(&l->tx_lock);
+  }
+  settle_plain(l);
+}
+
+r2s_link_t *r2s__link_start(int fd)
+{
+  static const unsigned char hello = R2S_HELLO_BYTE;
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
+  r2s_link_t *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  if (k_send(fd, &hello, 1, MSG_OOB) != 1) {
+    free(l);
+    return NULL;
+  }
+  pthread_mutex_init(&l->rx_lock, NULL);
+  pthread_mutex_init(&l->tx_lock, NULL);
+  l->rx_state = R2S_RX_PROBE;
+  l->tx_state = R2S_TX_PROBE;
+  l->tx_probe_at = 1;
+  l->peer_shim = r2s__opt.peer_shim;
+  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
+  return l;
+}
+
+r2s_link_t *r2s__link_start_inline(int fd)
+{
+  /* An application that wants urgent data inline: send no hello, keep the
+   * kernel's SO_OOBINLINE off while the peer's hello may still come (so it
+   * is not read as data), and give the application its setting back as
+   * soon as the receive direction settles on plain TCP. */
+  int off = 0;
+  if (r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &off, sizeof off) < 0) return NULL;
+  r2s_link_t *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  pthread_mutex_init(&l->rx_lock, NULL);
+  pthread_mutex_init(&l->tx_lock, NULL);
+  l->rx_state = R2S_RX_PROBE;
+  l->tx_state = R2S_TX_PLAIN;
+  l->app_oob = true;
+  l->app_oobinline = true;
+  l->tcp_reason = R2S_REASON_APP_OOB;
+  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
+  return l;
+}
+
+r2s_link_t *r2s__link_adopt(void)
+{
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
+  r2s_link_t *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  pthread_mutex_init(&l->rx_lock, NULL);
+  pthread_mutex_init(&l->tx_lock, NULL);
+  /* The process that made the connection may have read the hello and may
+   * have told the peer to switch: watch for the mark for good, and never
+   * switch ourselves (its handshake state went with the old image). */
+  l->rx_state = R2S_RX_PREMARK;
+  l->rx_consumed = 1;
+  l->tx_state = R2S_TX_PLAIN;
+  l->tcp_reason = R2S_REASON_INHERITED;
+  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
+  return l;
+}
+
+void r2s__link_free(r2s_link_t *l)
+{
+  if (!__atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE))
+    __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
+  if (l->tps) l->tp->release(l->tps);
+  free(l->rx_ctrl);
+  pthread_mutex_destroy(&l->rx_lock);
+  pthread_mutex_destroy(&l->tx_lock);
+  free(l);
+}
+
+int r2s__link_rx_path(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING ? l->tp->path : R2S_PATH_TCP;
+}
+
+int r2s__link_tx_path(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING ? l->tp->path : R2S_PATH_TCP;
+}
+
+int r2s__link_reason(const r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
+  if (l->failed) return R2S_REASON_FAILED;
+  if (l->tcp_reason) return l->tcp_reason;
+  return l->peer_shim ? R2S_REASON_UNFINISHED : R2S_REASON_NO_PEER_YET;
+}
+
+/* The first direction of the connection entered a ring. */
+static void mark_upgraded(r2s_link_t *l)
+{
+  if (__atomic_exchange_n(&l->upgraded, 1, __ATOMIC_ACQ_REL) == 0 && l->on_upgrade)
+    l->on_upgrade(l->on_upgrade_arg, l->tp->path);
+}
+
+/* ---- send side: control bytes ---- */
+
+/* Queues control bytes behind anything still pending; tx_lock held. */
+static int queue_ctrl(r2s_link_t *l, const void *p, size_t len)
+{
+  if (len > sizeof l->tx_pending - l->tx_pending_len) return -ENOBUFS;
+  memcpy(l->tx_pending + l->tx_pending_len, p, len);
+  l->tx_pending_len += (uint32_t)len;
+  return 0;
+}
+
+/* Pushes pending control bytes into the socket; 0 when all went, -EAGAIN
+ * when some are left. tx_lock held. */
+static int flush_ctrl(r2s_link_t *l, int fd)
+{
+  while (l->tx_pending_len) {
+    ssize_t n = k_send(fd, l->tx_pending, l->tx_pending_len, 0);
+    if (n < 0) return (int)n;
+    memmove(l->tx_pending, l->tx_pending + n, l->tx_pending_len - (size_t)n);
+    l->tx_pending_len -= (uint32_t)n;
+  }
+  return 0;
+}
+
+static void send_doorbell_locked(r2s_link_t *l, int fd)
+{
+  uint8_t h[R2S_FRAME_HDR_LEN];
+  r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_DOORBELL, 0);
+  /* A doorbell behind a DATA frame in flight would land inside it; the
+   * ring is not in use then anyway. */
+  if (l->tx_data_left == 0 && queue_ctrl(l, h, sizeof h) == 0) {
+    R2S_STAT_INC(doorbells);
+    (void)flush_ctrl(l, fd);
+  }
+}
+
+/* Tells the peer we read its handshake but cannot use its ring. */
+static void send_decline_locked(r2s_link_t *l, int fd, uint64_t why)
+{
+  uint8_t f[R2S_FRAME_HDR_LEN + 8];
+  r2s__frame_u64_encode(R2S_FRAME_DECLINE, why, f, sizeof f);
+  if (l->tx_data_left == 0 && queue_ctrl(l, f, sizeof f) == 0) (void)flush_ctrl(l, fd);
+}
+
+/* ---- the switch of the send direction ---- */
+
+/* R2SOCK_UPGRADE: at once, or once the connection moved that many bytes
+ * over plain TCP (short connections never pay for a ring). */
+static bool policy_allows_switch(const r2s_link_t *l)
+{
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_AUTO) return true;
+  return r2s__opt.upgrade.mode == R2S_UPGRADE_AFTER &&
+         l->tx_plain_bytes + l->rx_consumed >= r2s__opt.upgrade.after_bytes;
+}
+
+/* Our send direction stays plain (the application uses urgent data), but the
+ * peer switched towards us and waits to learn that we read past its mark
+ * before it may send urgent data of its own. Tell it inside a framed
+ * interlude that ends at once: mark, HANDSHAKE without offers, DECLINE,
+ * PLAIN. tx_lock held; the peer's shim reads all of it, its application
+ * sees none of it. */
+static void send_interlude_locked(r2s_link_t *l, int fd)
+{
+  static const unsigned char mark = R2S_SWITCH_BYTE;
+  if (!l->interlude_owed || l->tx_state != R2S_TX_PLAIN) return;
+  r2s_handshake_t hs;
+  memset(&hs, 0, sizeof hs);
+  hs.version = hs.min_version = R2S_PROTO_VERSION;
+  uint8_t buf[160];
+  int len = r2s__handshake_encode(&hs, buf, sizeof buf);
+  len += r2s__frame_u64_encode(R2S_FRAME_DECLINE, 3, buf + len, sizeof buf - (size_t)len);
+  len += r2s__frame_u64_encode(R2S_FRAME_PLAIN, 0, buf + len, sizeof buf - (size_t)len);
+  if ((size_t)len > sizeof l->tx_pending - l->tx_pending_len || k_send(fd, &mark, 1, MSG_OOB) != 1) return;
+  queue_ctrl(l, buf, (size_t)len);
+  (void)flush_ctrl(l, fd);
+  l->interlude_owed = false;
+  l->interlude_sent = true;
+}
+
+/* Sends the switch mark and our HANDSHAKE (with our receive ring); tx_lock
+ * held, state PROBE. On failure to offer a ring the direction stays plain. */
+static int switch_tx(r2s_link_t *l, int fd)
+{
+  static const unsigned char mark = R2S_SWITCH_BYTE;
+  r2s_handshake_t hs;
+  memset(&hs, 0, sizeof hs);
+  hs.version = R2S_PROTO_VERSION;
+  hs.min_version = R2S_PROTO_VERSION;
+  r2s_hostid_t me;
+  if (r2s__hostid(&me) == 0) {
+    memcpy(hs.boot_id, me.boot_id, 16);
+    hs.netns = me.netns;
+  }
+  const r2s_transport_t *tp = &r2s__transport_shm;
+  r2s_tp_state_t *st = NULL;
+  int rc = tp->offer(&st, &hs);
+  if (rc < 0) {
+    r2s__debug("no shared-memory ring to offer (%s): sending over TCP", strerror(-rc));
+    l->tcp_reason = R2S_REASON_NO_RESOURCES;
+    set_tx(l, R2S_TX_PLAIN);
+    return rc;
+  }
+  uint8_t frame[256];
+  int len = r2s__handshake_encode(&hs, frame, sizeof frame);
+  if (len < 0 || (size_t)len > sizeof l->tx_pending - l->tx_pending_len) {
+    tp->release(st);
+    set_tx(l, R2S_TX_PLAIN);
+    return len < 0 ? len : -ENOBUFS;
+  }
+  ssize_t n = k_send(fd, &mark, 1, MSG_OOB);
+  if (n != 1) { /* the send buffer is full: try again on a later write */
+    tp->release(st);
+    return n < 0 ? (int)n : -EAGAIN;
+  }
+  l->tp = tp;
+  l->tps = st;
+  queue_ctrl(l, frame, (size_t)len);
+  set_tx(l, R2S_TX_FRAMES);
+  /* From now on this direction of TCP carries the shim's frames, doorbells
+   * above all: a doorbell held back by Nagle until the peer's delayed ACK
+   * costs 40 ms. The application's own TCP_NODELAY/TCP_CORK settings are
+   * kept aside for it (preload/socket.c). */
+  int one = 1, zero = 0;
+  (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+  (void)flush_ctrl(l, fd);
+  r2s__debug("switched the send direction (handshake %d bytes)", len);
+  return 0;
+}
+
+/* Once both rings are known, the send direction moves into the peer's
+ * ring: a RING frame tells the peer where its reading continues. */
+static void try_ring_tx(r2s_link_t *l, int fd)
+{
+  if (l->tx_state != R2S_TX_FRAMES || !l->have_peer_hs || l->tx_data_left || l->no_ring) return;
+  r2s_hostid_t me;
+  r2s_handshake_t mine;
+  memset(&mine, 0, sizeof mine);
+  if (r2s__hostid(&me) == 0) memcpy(mine.boot_id, me.boot_id, 16), mine.netns = me.netns;
+  if (!l->tp->reaches(&mine, &l->peer_hs)) { /* another host: DATA frames over TCP */
+    l->no_ring = true;
+    l->tcp_reason = R2S_REASON_UNREACHABLE;
+    send_decline_locked(l, fd, 1);
+    return;
+  }
+  int rc = l->tp->attach(l->tps, &l->peer_hs);
+  if (rc < 0) {
+    r2s__debug("cannot attach the peer's ring (%s): staying on TCP frames", strerror(-rc));
+    l->no_ring = true; /* do not try again */
+    /* A peer running as another user cannot share memory with us: that is
+     * the isolation working, not a shortage. */
+    l->tcp_reason = (rc == -EACCES || rc == -EPERM) ? R2S_REASON_OTHER_USER : R2S_REASON_NO_RESOURCES;
+    send_decline_locked(l, fd, 2);
+    return;
+  }
+  uint8_t f[R2S_FRAME_HDR_LEN + 8];
+  r2s__frame_u64_encode(R2S_FRAME_RING, 0, f, sizeof f);
+  if (queue_ctrl(l, f, sizeof f) < 0) return;
+  set_tx(l, R2S_TX_RING);
+  mark_upgraded(l);
+  (void)flush_ctrl(l, fd);
+  r2s__debug("send direction now in the peer's %s ring", l->tp->name);
+}
+
+/* ---- receive side ---- */
+
+static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
+{
+  if (l->have_peer_hs) return -EPROTO;
+  int rc = r2s__handshake_decode(p, len, &l->peer_hs);
+  if (rc < 0) return rc;
+  l->have_peer_hs = true;
+  l->peer_shim = 1;
+  /* rx_lock is held: taking tx_lock is in lock order. */
+  pthread_mutex_lock(&l->tx_lock);
+  if (l->tx_state == R2S_TX_PROBE && policy_allows_switch(l) && !l->closing) (void)switch_tx(l, fd);
+  if (l->tx_state == R2S_TX_PLAIN && l->app_oob) l->interlude_owed = true;
+  send_interlude_locked(l, fd);
+  try_ring_tx(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+  return 0;
+}
+
+/* Reads one frame header (and a control frame's payload) if it is all
+ * there. Returns the frame type, 0 at end of stream, -EAGAIN, or -errno. */
+static int read_frame(r2s_link_t *l, int fd, r2s_frame_hdr_t *h)
+{
+  while (l->rx_hdr_len < R2S_FRAME_HDR_LEN) {
+    ssize_t n = k_recv(fd, l->rx_hdr + l->rx_hdr_len, R2S_FRAME_HDR_LEN - l->rx_hdr_len, 0);
+    if (n <= 0) return (int)n;
+    l->rx_hdr_len += (uint32_t)n;
+  }
+  int rc = r2s__frame_hdr_parse(l->rx_hdr, l->rx_hdr_len, h);
+  if (rc < 0) return rc;
+  if (h->type != R2S_FRAME_DATA && h->len) {
+    if (!l->rx_ctrl) {
+      l->rx_ctrl = malloc(R2S_FRAME_CTRL_MAX);
+      if (!l->rx_ctrl) return -ENOMEM;
+    }
+    while (l->rx_ctrl_len < h->len) {
+      ssize_t n = k_recv(fd, l->rx_ctrl + l->rx_ctrl_len, h->len - l->rx_ctrl_len, 0);
+      if (n <= 0) return n == 0 ? 0 : (int)n;
+      l->rx_ctrl_len += (uint32_t)n;
+    }
+  }
+  l->rx_hdr_len = 0;
+  l->rx_ctrl_len = 0;
+  return h->type;
+}
+
+/* Acts on one control frame; RETRY if the receive state changed. */
+static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
+{
+  uint64_t v;
+  switch (h->type) {
+  case R2S_FRAME_HANDSHAKE:
+    return handle_handshake(l, fd, l->rx_ctrl, h->len);
+  case R2S_FRAME_RING:
+    l->peer_passed_mark = true;
+    if (!l->tps || r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0 || v != 0) return -EPROTO;
+    l->tp->seal(l->tps);
+    set_rx(l, R2S_RX_RING);
+    mark_upgraded(l);
+    r2s__debug("receive direction now in our %s ring", l->tp->name);
+    return RETRY;
+  case R2S_FRAME_DECLINE:
+    l->peer_passed_mark = true;
+    return 0;
+  case R2S_FRAME_PLAIN:
+    if (r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0) return -EPROTO;
+    if (l->rx_state == R2S_RX_FRAMES) {
+      if (v != 0 || l->rx_data_left) return -EPROTO;
+      set_rx(l, R2S_RX_PLAIN);
+      settle_plain(l);
+      return RETRY;
+    }
+    l->rx_plain_pending = true; /* RING: after the ring's first v bytes */
+    l->rx_plain_at = v;
+    return RETRY;
+  case R2S_FRAME_DOORBELL:
+  case R2S_FRAME_CREDIT:
+  case R2S_FRAME_FIN:
+    return 0;
+  default:
+    return -EPROTO;
+  }
+}
+
+/* PROBE and PREMARK: application bytes, while watching for the peer's
+ * urgent marks with the peek-then-mark procedure of docs/protocol.md. */
+static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+  ssize_t n = r2s__libc.recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) {
+    n = -errno;
+    if (n != -EAGAIN) return n;
+  }
+  int mark = at_mark(fd);
+  if (mark < 0) return mark;
+  int urg = (mark || n <= 0 || l->rx_state == R2S_RX_PROBE) ? urgent_peek(fd) : -EINVAL;
+  if (urg >= 0 && urg != R2S_HELLO_BYTE && urg != R2S_SWITCH_BYTE) {
+    /* Urgent data that is not ours: the peer application uses it. */
+    peer_is_plain(l, fd, R2S_REASON_APP_OOB);
+    return RETRY;
+  }
+  if (urg >= 0 || urg == -EAGAIN) {
+    l->peer_shim = 1;
+    if (l->rx_state == R2S_RX_PROBE) set_rx(l, R2S_RX_PREMARK);
+  }
+  if (mark) {
+    if (urg == R2S_SWITCH_BYTE) {
+      /* What follows the mark (the n peeked bytes) are frames. */
+      set_rx(l, R2S_RX_FRAMES);
+      return RETRY;
+    }
+    if (urg == -EAGAIN) return -EAGAIN; /* the mark's byte is still coming */
+  } else if (l->rx_state == R2S_RX_PROBE && n > 0 && l->rx_consumed == 0 && urg == -EINVAL) {
+    /* Application bytes at position 0 and no urgent byte before them: the
+     * peer sent no hello (TCP delivers in order), so it is plain. */
+    peer_is_plain(l, fd, R2S_REASON_PEER_PLAIN);
+  }
+  if (n <= 0) return n; /* 0: end of stream; -EAGAIN */
+  if (flags & MSG_PEEK) return n;
+  /* Consume exactly what was peeked: the bytes are already in the
+   * caller's buffer, and no mark can lie inside them. */
+  ssize_t k = k_recv(fd, NULL, (size_t)n, MSG_TRUNC);
+  if (k != n) return k < 0 ? k : -EPROTO;
+  l->rx_consumed += (uint64_t)n;
+  return n;
+}
+
+/* FRAMES: application bytes are the payloads of DATA frames. */
+static ssize_t rx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  for (;;) {
+    if (l->rx_data_left) {
+      ssize_t n = k_recv_iov(fd, iov, cnt, l->rx_data_left, flags & MSG_PEEK);
+      if (n > 0 && !(flags & MSG_PEEK)) l->rx_data_left -= (uint32_t)n;
+      if (n == 0) l->rx_eof = true; /* the peer died inside a frame */
+      return n;
+    }
+    r2s_frame_hdr_t h;
+    int t = read_frame(l, fd, &h);
+    if (t == 0) {
+      l->rx_eof = true;
+      return 0;
+    }
+    if (t < 0) return t;
+    if (t == R2S_FRAME_DATA) {
+      l->rx_data_left = h.len;
+      continue;
+    }
+    int rc = handle_control(l, fd, &h);
+    if (rc) return rc;
+  }
+}
+
+/* Reads the control frames waiting on TCP while the ring carries the data.
+ * Returns 0, or -errno for a broken stream. */
+static int pump_control(r2s_link_t *l, int fd)
+{
+  while (!l->rx_eof) {
+    r2s_frame_hdr_t h;
+    int t = read_frame(l, fd, &h);
+    if (t == -EAGAIN) return 0;
+    if (t == 0 || (t < 0 && t != -EPROTO && t != -ENOMEM)) {
+      /* The end of the stream, or the kernel's error (a reset): either
+       * comes after every ring byte the peer wrote, so readers get those
+       * first, then this. */
+      l->rx_eof = true;
+      l->rx_err = t;
+      return 0;
+    }
+    if (t < 0) return t;
+    if (t == R2S_FRAME_DATA) return -EPROTO; /* data after RING */
+    int rc = handle_control(l, fd, &h);
+    if (rc < 0 && rc != RETRY) return rc;
+    if (l->rx_plain_pending) return 0; /* what follows PLAIN is not ours to read */
+  }
+  return 0;
+}
+
+/* After taking bytes out of our ring: a producer waiting for room gets a
+ * doorbell. rx_lock held; tx_lock in order. */
+static void credit_wakeup(r2s_link_t *l, int fd)
+{
+  if (!l->tp->take_peer_tx_sleeper(l->tps)) return;
+  pthread_mutex_lock(&l->tx_lock);
+  send_doorbell_locked(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+}
+
+/* The peer went back to plain TCP after its ring's first rx_plain_at bytes
+ * (PLAIN frame): the ring is read up to there, then the kernel takes over. */
+static bool ring_ends_here(r2s_link_t *l, size_t *want)
+{
+  if (!l->rx_plain_pending) return false;
+  uint64_t consumed = l->tp->consumed(l->tps);
+  if (consumed >= l->rx_plain_at) {
+    set_rx(l, R2S_RX_PLAIN);
+    settle_plain(l);
+    return true;
+  }
+  if (*want > l->rx_plain_at - consumed) *want = (size_t)(l->rx_plain_at - consumed);
+  return false;
+}
+
+static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  bool peek = (flags & MSG_PEEK) != 0;
+  size_t want = iov_total(iov, cnt);
+  for (int pass = 0; pass < 2; pass++) {
+    if (ring_ends_here(l, &want)) return RETRY;
+    ssize_t n = l->tp->get(l->tps, iov, cnt, want, peek);
+    if (n > 0) {
+      if (!peek) credit_wakeup(l, fd);
+      return n;
+    }
+    if (n < 0) return n;
+    if (l->tp->peer_tx_closed(l->tps) || l->rx_eof) {
+      /* End of stream only once the ring is empty after seeing it. */
+      n = l->tp->get(l->tps, iov, cnt, want, peek);
+      return n == 0 && l->rx_err ? l->rx_err : n;
+    }
+    if (pass == 0) {
+      int rc = pump_control(l, fd);
+      if (rc < 0) return rc;
+      if (l->rx_plain_pending && ring_ends_here(l, &want)) return RETRY;
+    }
+  }
+  return -EAGAIN;
+}
+
+ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  pthread_mutex_lock(&l->rx_lock);
+  ssize_t n;
+  do {
+    if (l->failed) {
+      n = l->failed;
+      break;
+    }
+    if (l->rx_shut) {
+      n = 0;
+      break;
+    }
+    switch (l->rx_state) {
+    case R2S_RX_PROBE:
+    case R2S_RX_PREMARK:
+      n = rx_premark(l, fd, iov, cnt, flags);
+      break;
+    case R2S_RX_FRAMES:
+      n = rx_frames(l, fd, iov, cnt, flags);
+      break;
+    case R2S_RX_RING:
+      n = rx_ring(l, fd, iov, cnt, flags);
+      break;
+    default: {
+      struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+      n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
+      if (n < 0) n = -errno;
+    }
+    }
+    if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) fail(l, (int)n, "bad frame from the peer");
+  } while (n == RETRY);
+  if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = l->failed;
+  pthread_mutex_unlock(&l->rx_lock);
+  return n;
+}
+
+/* A sender whose application never reads (iperf3's data connection) must
+ * still see the peer's handshake and RING frames. Called without tx_lock;
+ * only tries rx_lock (a reader that holds it is reading those frames). It
+ * reads control frames only: application bytes stay for the application. */
+void r2s__link_pump(r2s_link_t *l, int fd)
+{
+  pump_from_sender(l, fd);
+}
+
+static void pump_from_sender(r2s_link_t *l, int fd)
+{
+  if (pthread_mutex_trylock(&l->rx_lock) != 0) return;
+  int st = l->rx_state;
+  if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
+    /* At the switch mark with nothing in front of it? */
+    if (at_mark(fd) == 1 && urgent_peek(fd) == R2S_SWITCH_BYTE) {
+      l->peer_shim = 1;
+      set_rx(l, R2S_RX_FRAMES);
+      st = R2S_RX_FRAMES;
+    }
+  }
+  if (st == R2S_RX_FRAMES) {
+    while (l->rx_data_left == 0 && !l->failed) {
+      r2s_frame_hdr_t h;
+      int t = read_frame(l, fd, &h);
+      if (t <= 0) {
+        if (t == 0)
+          l->rx_eof = true;
+        else if (t != -EAGAIN)
+          fail(l, t, "bad frame from the peer");
+        break;
+      }
+      if (t == R2S_FRAME_DATA) {
+        l->rx_data_left = h.len;
+        break;
+      }
+      int rc = handle_control(l, fd, &h);
+      if (rc == RETRY) break;
+      if (rc < 0) {
+        fail(l, rc, "bad frame from the peer");
+        break;
+      }
+    }
+  } else if (st == R2S_RX_RING) {
+    int rc = pump_control(l, fd);
+    if (rc < 0) fail(l, rc, "bad frame from the peer");
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+}
+
+/* ---- send side ---- */
+
+static ssize_t tx_plain(int fd, const struct iovec *iov, int cnt, int flags)
+{
+  struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+  ssize_t n = r2s__libc.sendmsg(fd, &m, flags | MSG_DONTWAIT);
+  return n < 0 ? -errno : n;
+}
+
+static ssize_t tx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  size_t total = iov_total(iov, cnt);
+  if (l->tx_data_left) { /* finish the DATA frame in flight first */
+    struct iovec v[64];
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)trim_iov(v, iov, cnt, l->tx_data_left)};
+    ssize_t n = r2s__libc.sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) return -errno;
+    l->tx_data_left -= (uint32_t)n;
+    return n;
+  }
+  size_t len = total < R2S_FRAME_DATA_MAX ? total : R2S_FRAME_DATA_MAX;
+  uint8_t hdr[R2S_FRAME_HDR_LEN];
+  r2s__frame_hdr_put(hdr, sizeof hdr, R2S_FRAME_DATA, (uint32_t)len);
+  struct iovec v[65];
+  v[0] = (struct iovec){hdr, sizeof hdr};
+  int k = trim_iov(v + 1, iov, cnt, len);
+  struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)k + 1};
+  ssize_t n = r2s__libc.sendmsg(fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n < 0) return -errno;
+  if ((size_t)n < sizeof hdr) { /* part of the header: the rest goes first next time */
+    queue_ctrl(l, hdr + n, sizeof hdr - (size_t)n);
+    l->tx_data_left = (uint32_t)len;
+    return -EAGAIN;
+  }
+  size_t app = (size_t)n - sizeof hdr;
+  l->tx_data_left = (uint32_t)(len - app);
+  return (ssize_t)app;
+}
+
+ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  ssize_t n = RETRY;
+  while (n == RETRY) {
+    if (l->failed) {
+      n = -EPIPE;
+      break;
+    }
+    if (l->tx_shut) {
+      n = -EPIPE;
+      break;
+    }
+    switch (l->tx_state) {
+    case R2S_TX_PROBE:
+      if (!l->peer_shim && ++l->tx_writes >= l->tx_probe_at) {
+        int urg = urgent_peek(fd);
+        if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN) l->peer_shim = 1;
+        l->tx_probe_at *= 2;
+      }
+      if (l->peer_shim && policy_allows_switch(l) && switch_tx(l, fd) == 0) {
+        l->tx_writes = 0, l->tx_probe_at = 1;
+        continue;
+      }
+      if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN) {
+        set_tx(l, R2S_TX_PLAIN);
+        settle_plain(l);
+      }
+      n = tx_plain(fd, iov, cnt, flags);
+      if (n > 0) l->tx_plain_bytes += (uint64_t)n;
+      break;
+    case R2S_TX_FRAMES: {
+      int rc = flush_ctrl(l, fd);
+      if (rc < 0) {
+        n = rc;
+        break;
+      }
+      /* The peer's handshake may be waiting unread on our side. Looked for
+       * at doubling intervals, so a peer that never sends one costs little. */
+      if (!l->have_peer_hs && ++l->tx_writes >= l->tx_probe_at) {
+        l->tx_probe_at *= 2;
+        pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
+        pump_from_sender(l, fd);
+        pthread_mutex_lock(&l->tx_lock);
+        continue;
+      }
+      try_ring_tx(l, fd);
+      if (l->tx_state == R2S_TX_RING) continue;
+      n = tx_frames(l, fd, iov, cnt, flags);
+      break;
+    }
+    case R2S_TX_RING: {
+      int rc = flush_ctrl(l, fd);
+      if (rc < 0 && rc != -EAGAIN) {
+        n = rc;
+        break;
+      }
+      n = l->tp->put(l->tps, iov, cnt, 0, iov_total(iov, cnt));
+      if (n == 0) n = -EAGAIN;
+      if (n > 0 && l->tp->take_peer_rx_sleeper(l->tps)) send_doorbell_locked(l, fd);
+      if (n == -EPROTO) fail(l, (int)n, "the peer broke its ring");
+      break;
+    }
+    default:
+      n = tx_plain(fd, iov, cnt, flags);
+    }
+  }
+  pthread_mutex_unlock(&l->tx_lock);
+  return n;
+}
+
+void r2s__link_app_oob(r2s_link_t *l, int fd)
+{
+  /* Only the send direction can be kept from switching: the peer decides
+   * about the other one, and its switch mark must still be found. If the
+   * peer already switched towards us, it must hear that we passed its mark
+   * (the interlude), or its own urgent data would have to wait forever. */
+  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&l->tx_lock);
+  l->app_oob = true;
+  if (l->tx_state == R2S_TX_PROBE) {
+    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
+    set_tx(l, R2S_TX_PLAIN);
+    if (rx == R2S_RX_FRAMES || rx == R2S_RX_RING) l->interlude_owed = true;
+  }
+  if (fd >= 0) send_interlude_locked(l, fd);
+  settle_plain(l);
+  pthread_mutex_unlock(&l->tx_lock);
+}
+
+int r2s__link_atmark(r2s_link_t *l, int fd)
+{
+  /* Control frames in front of the application's next byte (a PLAIN frame
+   * above all) are read first: the mark is judged where the application
+   * really is. */
+  pump_from_sender(l, fd);
+  pthread_mutex_lock(&l->rx_lock);
+  if (l->rx_state == R2S_RX_RING && l->rx_plain_pending) {
+    size_t want = 1;
+    (void)ring_ends_here(l, &want);
+  }
+  int st = l->rx_state, v = 0;
+  pthread_mutex_unlock(&l->rx_lock);
+  if ((st == R2S_RX_PLAIN || st == R2S_RX_PROBE || st == R2S_RX_PREMARK) &&
+      r2s__libc.ioctl(fd, SIOCATMARK, &v) < 0)
+    return -errno;
+  /* In PROBE/PREMARK a mark of ours (hello) is not the application's. */
+  if (v && st != R2S_RX_PLAIN) {
+    int urg = urgent_peek(fd);
+    if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE) v = 0;
+  }
+  return v; /* ring or frames first: the application is not at a mark */
+}
+
+ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, int flags, bool nonblock)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  int st = l->tx_state;
+  if (st == R2S_TX_PROBE) {
+    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
+    set_tx(l, R2S_TX_PLAIN);
+    settle_plain(l);
+    st = R2S_TX_PLAIN;
+  }
+  send_interlude_locked(l, fd);
+  if (st == R2S_TX_PLAIN && !l->interlude_sent && !l->interlude_owed) {
+    pthread_mutex_unlock(&l->tx_lock);
+    ssize_t n = r2s__libc.send(fd, buf, len, flags);
+    return n < 0 ? -errno : n;
+  }
+  /* The peer must be past our switch mark before a new urgent pointer can
+   * replace it (Linux keeps one): wait for its RING or DECLINE. */
+  while (!l->peer_passed_mark && !l->failed) {
+    pthread_mutex_unlock(&l->tx_lock);
+    pump_from_sender(l, fd);
+    pthread_mutex_lock(&l->tx_lock);
+    if (l->peer_passed_mark || l->failed) break;
+    if (nonblock) {
+      pthread_mutex_unlock(&l->tx_lock);
+      return -EAGAIN;
+    }
+    pthread_mutex_unlock(&l->tx_lock);
+    struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+    r2s__libc.poll(&p, 1, 10);
+    pthread_mutex_lock(&l->tx_lock);
+  }
+  ssize_t rc = l->failed ? l->failed : 0;
+  if (!rc && l->tx_data_left) rc = -EAGAIN; /* a DATA frame is half sent */
+  if (!rc && l->tx_state == R2S_TX_PLAIN) { /* after an interlude: nothing to end */
+    pthread_mutex_unlock(&l->tx_lock);
+    ssize_t n = r2s__libc.send(fd, buf, len, flags);
+    return n < 0 ? -errno : n;
+  }
+  if (!rc) {
+    uint8_t f[R2S_FRAME_HDR_LEN + 8];
+    uint64_t at = l->tx_state == R2S_TX_RING ? l->tp->produced(l->tps) : 0;
+    r2s__frame_u64_encode(R2S_FRAME_PLAIN, at, f, sizeof f);
+    rc = queue_ctrl(l, f, sizeof f);
+  }
+  /* The PLAIN frame must be in the socket before the urgent byte. */
+  while (!rc && l->tx_pending_len) {
+    rc = flush_ctrl(l, fd);
+    if (rc == -EAGAIN && !nonblock) {
+      struct pollfd p = {fd, POLLOUT, 0};
+      r2s__libc.poll(&p, 1, 100);
+      rc = 0;
+    }
+  }
+  if (rc) {
+    pthread_mutex_unlock(&l->tx_lock);
+    return rc;
+  }
+  l->tcp_reason = R2S_REASON_APP_OOB;
+  set_tx(l, R2S_TX_PLAIN);
+  settle_plain(l);
+  R2S_STAT_INC(oob_fallbacks);
+  pthread_mutex_unlock(&l->tx_lock);
+  ssize_t n = r2s__libc.send(fd, buf, len, flags);
+  return n < 0 ? -errno : n;
+}
+
+/* ---- readiness ---- */
+
+short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
+{
+  short rev = 0;
+  *owned = 0;
+  if (l->failed) {
+    *owned = events & (POLLIN | POLLOUT);
+    return (short)(POLLERR | (events & (POLLIN | POLLOUT)));
+  }
+  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  if ((events & POLLIN) && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) {
+    *owned |= POLLIN;
+    if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+      if (l->rx_state == R2S_RX_FRAMES && l->rx_data_left == 0) {
+        pthread_mutex_unlock(&l->rx_lock);
+        pump_from_sender(l, fd); /* control frames up to the next DATA header */
+        pthread_mutex_lock(&l->rx_lock);
+      } else if (l->rx_state == R2S_RX_RING && l->tp->avail(l->tps) == 0) {
+        int rc = pump_control(l, fd);
+        if (rc < 0) fail(l, rc, "bad frame from the peer");
+      }
+      if (l->failed)
+        rev |= POLLIN | POLLERR;
+      else if (l->rx_shut || l->rx_eof)
+        rev |= POLLIN | (l->rx_err ? POLLERR : 0);
+      else if (l->rx_state == R2S_RX_RING)
+        rev |= (l->tp->avail(l->tps) != 0 || l->tp->peer_tx_closed(l->tps)) ? POLLIN : 0;
+      else if (l->rx_data_left) {
+        int q = 0;
+        if (r2s__libc.ioctl(fd, FIONREAD, &q) == 0 && q > 0) rev |= POLLIN;
+      }
+      pthread_mutex_unlock(&l->rx_lock);
+    } else {
+      /* Another thread is reading: report what the ring says; if it is
+       * empty the reader will consume any doorbell. */
+      if (rx == R2S_RX_RING && l->tp->avail(l->tps) != 0) rev |= POLLIN;
+    }
+  }
+  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
+    *owned |= POLLOUT;
+    ssize_t sp = l->tp->space(l->tps);
+    if (sp != 0) rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
+  }
+  return rev;
+}
+
+short r2s__link_arm(r2s_link_t *l, int fd, short events)
+{
+  short owned, rev = 0;
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
+    l->tp->sleep_rx(l->tps, true);
+  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
+    l->tp->sleep_tx(l->tps, true);
+  /* Re-check after the flags are visible: a producer that published before
+   * seeing them will not ring, so its bytes must be found now. */
+  rev = r2s__link_poll(l, fd, events, &owned);
+  return (short)(rev & owned);
+}
+
+void r2s__link_unarm(r2s_link_t *l, short events)
+{
+  if ((events & POLLIN) && l->tps && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
+    l->tp->sleep_rx(l->tps, false);
+  if ((events & POLLOUT) && l->tps && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
+    l->tp->sleep_tx(l->tps, false);
+}
+
+ssize_t r2s__link_readable(r2s_link_t *l, int fd)
+{
+  int q = 0;
+  ssize_t n;
+  pthread_mutex_lock(&l->rx_lock);
+  if (l->rx_state == R2S_RX_RING) {
+    n = l->tp->avail(l->tps);
+  } else if (r2s__libc.ioctl(fd, FIONREAD, &q) < 0) {
+    n = -errno;
+  } else if (l->rx_state == R2S_RX_FRAMES) {
+    n = q < (int)l->rx_data_left ? q : (ssize_t)l->rx_data_left;
+  } else {
+    n = q;
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+  return n;
+}
+
+/* ---- the end ---- */
+
+int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
+{
+  if (how == SHUT_RD || how == SHUT_RDWR) {
+    pthread_mutex_lock(&l->rx_lock);
+    l->rx_shut = true;
+    pthread_mutex_unlock(&l->rx_lock);
+  }
+  if (how == SHUT_WR || how == SHUT_RDWR) {
+    pthread_mutex_lock(&l->tx_lock);
+    (void)flush_ctrl(l, fd);
+    if (l->tx_state == R2S_TX_RING) {
+      l->tp->close_tx(l->tps);
+      if (l->tp->take_peer_rx_sleeper(l->tps)) send_doorbell_locked(l, fd);
+    }
+    l->tx_shut = true;
+    pthread_mutex_unlock(&l->tx_lock);
+  }
+  /* The kernel's FIN follows everything queued: the peer sees the end of
+   * the stream after the last frame, and after the last ring byte. */
+  return r2s__libc.shutdown(fd, how) < 0 ? -errno : 0;
+}
+
+void r2s__link_close(r2s_link_t *l, int fd)
+{
+  pthread_mutex_lock(&l->rx_lock);
+  l->closing = true;
+  /* Shim bytes the application never caused a read of (the peer's hello,
+   * its switch mark and handshake, doorbells, a RING after the last DATA
+   * frame) must not stay in the socket: the kernel answers a close with
+   * unread bytes by a reset, and the peer would see ECONNRESET where plain
+   * TCP gives it a clean end. Application bytes left unread are left
+   * alone: there the reset is TCP's own. */
+  for (int guard = 0; guard < 64 && !l->rx_eof && !l->failed; guard++) {
+    int st = l->rx_state;
+    if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
+      if (at_mark(fd) != 1) break;
+      int urg = urgent_peek(fd);
+      if (urg == R2S_SWITCH_BYTE) {
+        set_rx(l, R2S_RX_FRAMES);
+        continue;
+      }
+      char c;
+      if (urg == R2S_HELLO_BYTE && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
+        (void)k_recv(fd, NULL, 1, MSG_TRUNC); /* takes the lone hello */
+      break;
+    }
+    if (st == R2S_RX_RING) {
+      (void)pump_control(l, fd);
+      break;
+    }
+    if (st != R2S_RX_FRAMES || l->rx_data_left) break;
+    r2s_frame_hdr_t h;
+    int t = read_frame(l, fd, &h);
+    if (t <= 0 || (t == R2S_FRAME_DATA && h.len)) {
+      if (t == R2S_FRAME_DATA) l->rx_data_left = h.len;
+      break;
+    }
+    if (t != R2S_FRAME_DATA && handle_control(l, fd, &h) < 0 && !l->failed) break;
+    if (l->rx_plain_pending || l->rx_state == R2S_RX_PLAIN) break;
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+  pthread_mutex_lock(&l->tx_lock);
+  (void)flush_ctrl(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+  /* The peer's hello or frames may still be on their way to us: an orderly
+   * close in the background (reaper.h). Unless the application left its
+   * own bytes unread: then the kernel's reset is what TCP does. */
+  int unread = 0;
+  if (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0 && !l->failed) (void)r2s__reaper_adopt(fd);
+}

@@ -1,0 +1,158 @@
+/*
+ * link.h - the upgrade protocol of one connection, and the byte stream the
+ * application sees once its peer runs r2sock too.
+ *
+ * Contract (docs/protocol.md is the wire side):
+ *  - A connection gets a link when it is established and the policy lets it
+ *    try an upgrade: the link sends the urgent hello, then watches both
+ *    directions. A connection without a link, or whose link has settled on
+ *    plain TCP in both directions (r2s__link_passthrough), is served by the
+ *    kernel alone: the wrappers call libc directly.
+ *  - Each direction has its own state. Receive: PROBE (is the peer a shim?),
+ *    PREMARK (it is; application bytes until its switch mark), PLAIN,
+ *    FRAMES (frames over TCP, application bytes in DATA frames), RING
+ *    (application bytes in our receive ring; TCP carries control frames).
+ *    Send: PROBE, PLAIN, FRAMES, RING, mirror images.
+ *  - rx_lock serialises receivers, tx_lock senders. Lock order: rx, then tx.
+ *    A path that holds tx_lock only ever *tries* rx_lock.
+ *  - The r2s__link_* I/O functions never block and never touch errno: they
+ *    return a byte count, 0 for end of stream, or -errno (-EAGAIN when
+ *    nothing can move now). Blocking, timeouts, MSG_WAITALL and SIGPIPE are
+ *    stream.c's business, on top of these.
+ *  - The fd passed in is any fd of the connection (dup'd fds share a link);
+ *    the link never stores or closes one.
+ */
+#ifndef R2S_LINK_H
+#define R2S_LINK_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "frame.h"
+#include "transport.h"
+
+typedef enum { R2S_RX_PROBE, R2S_RX_PREMARK, R2S_RX_PLAIN, R2S_RX_FRAMES, R2S_RX_RING } r2s_rx_state_t;
+typedef enum { R2S_TX_PROBE, R2S_TX_PLAIN, R2S_TX_FRAMES, R2S_TX_RING } r2s_tx_state_t;
+
+struct r2s_link_s {
+  int passthrough; /* first member (see conn.h): both directions PLAIN */
+  pthread_mutex_t rx_lock, tx_lock;
+  int rx_state, tx_state; /* atomic loads on the fast path */
+  int peer_shim;          /* the peer announced itself */
+  int failed;             /* -errno after a protocol error: the connection is reset */
+
+  /* receive side (rx_lock) */
+  uint64_t rx_consumed;  /* application bytes taken from TCP before the mark */
+  uint32_t rx_data_left; /* bytes left of the current DATA frame */
+  uint8_t rx_hdr[R2S_FRAME_HDR_LEN];
+  uint32_t rx_hdr_len;
+  uint8_t *rx_ctrl; /* payload of the control frame being read */
+  uint32_t rx_ctrl_len, rx_ctrl_need;
+  bool rx_eof;           /* TCP said end of stream (after the ring drains) */
+  int rx_err;            /* ... or this -errno (a reset) */
+  bool rx_plain_pending; /* PLAIN received: after rx_plain_at ring bytes, TCP again */
+  uint64_t rx_plain_at;
+  bool peer_passed_mark;               /* the peer read our handshake (it sent RING or DECLINE) */
+  bool app_oob;                        /* the application uses urgent data */
+  bool app_oobinline;                  /* ... inline: the kernel's flag is ours until PLAIN */
+  bool interlude_owed, interlude_sent; /* see send_interlude_locked() */
+  bool rx_shut;                        /* the application shut down reading */
+  bool closing;                        /* the last fd is being closed: no new switch */
+  bool have_peer_hs;
+  r2s_handshake_t peer_hs;
+
+  /* send side (tx_lock) */
+  uint64_t tx_writes, tx_probe_at;         /* when to look for the peer's hello/handshake next */
+  uint64_t tx_plain_bytes;                 /* sent over plain TCP before the switch */
+  bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
+  int tcp_reason;                          /* r2s_reason_t once a direction settled on TCP */
+  void (*on_upgrade)(void *arg, int path); /* first direction into a ring */
+  void *on_upgrade_arg;
+  int upgraded;
+  uint32_t tx_data_left;   /* payload bytes owed to the DATA frame in flight */
+  uint8_t tx_pending[512]; /* control bytes not yet accepted by the kernel */
+  uint32_t tx_pending_len;
+  bool tx_shut;
+
+  /* the transport both directions use once agreed */
+  const r2s_transport_t *tp;
+  r2s_tp_state_t *tps;
+};
+
+/* A link for a freshly established connection, after sending the hello on
+ * fd; NULL if the policy says no or the hello could not be sent (the
+ * connection then stays plain TCP). */
+r2s_link_t *r2s__link_start(int fd);
+void r2s__link_free(r2s_link_t *l);
+
+/* A link for a socket whose application set SO_OOBINLINE before it was
+ * connected: no hello, and the peer's hello kept out of the data. */
+r2s_link_t *r2s__link_start_inline(int fd);
+
+/* A link for a connected socket inherited across exec: its maker may have
+ * started the protocol, so the receive side keeps watching for the peer's
+ * switch (and then reads its DATA frames); the send side stays plain. */
+r2s_link_t *r2s__link_adopt(void);
+
+static inline bool r2s__link_passthrough(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Nonblocking stream operations (see the contract above). flags: MSG_PEEK
+ * for recv; MSG_MORE is ignored. */
+ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
+ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
+
+/* send(MSG_OOB) on a carried connection. Urgent data cannot travel through
+ * a ring, so the direction goes back to plain TCP for good: the bytes
+ * before the urgent one go the current way, a PLAIN frame tells the peer
+ * where the ring ends, and the urgent byte leaves through the kernel. Waits
+ * (or -EAGAIN) until the peer has read past our switch mark, so the new
+ * urgent pointer cannot hide it. Returns bytes sent or -errno. */
+ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, int flags, bool nonblock);
+
+/* SIOCATMARK for a carried connection: 0 while ring bytes come first. */
+int r2s__link_atmark(r2s_link_t *l, int fd);
+
+/* Readiness the kernel cannot see. For the bits of `events` the link owns
+ * now (*owned: POLLIN while the peer's bytes come in frames or the ring,
+ * POLLOUT while ours go into the ring) it returns the answer; the kernel's
+ * answer stands for every other bit. May read control frames from fd. */
+short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned);
+
+/* Before sleeping in the kernel on fd for `events`: ask the peer for a
+ * doorbell, then re-check. Returns the events ready right now (0: sleep).
+ * r2s__link_unarm() after waking. */
+short r2s__link_arm(r2s_link_t *l, int fd, short events);
+void r2s__link_unarm(r2s_link_t *l, short events);
+
+/* Bytes readable without blocking (FIONREAD), or -errno. */
+ssize_t r2s__link_readable(r2s_link_t *l, int fd);
+
+/* shutdown(2) on a link: flushes what the peer must still see first. */
+int r2s__link_shutdown(r2s_link_t *l, int fd, int how);
+
+/* The last fd of the connection is being closed: flush control bytes,
+ * tell the peer's producer we are gone. */
+void r2s__link_close(r2s_link_t *l, int fd);
+
+/* The application uses urgent data: our send direction, if not yet
+ * switched, stays plain for good. (The receive direction is the peer's to
+ * switch; urgent bytes racing a switch are a documented limitation.) */
+void r2s__link_app_oob(r2s_link_t *l, int fd);
+
+/* The path each direction's application bytes take now (r2s_path_t). */
+int r2s__link_rx_path(const r2s_link_t *l);
+int r2s__link_tx_path(const r2s_link_t *l);
+/* Why the connection is (still) on TCP: an r2s_reason_t, NONE if upgraded. */
+int r2s__link_reason(const r2s_link_t *l);
+
+/* Reads the control frames waiting on the socket (doorbells), if no
+ * application bytes stand in front of them. Never blocks. */
+void r2s__link_pump(r2s_link_t *l, int fd);
+
+#endif

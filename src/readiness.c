@@ -1,0 +1,400 @@
+/* poll/select/epoll over a mix of kernel fds and carried connections. */
+#include "readiness.h"
+#include "sanitize.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "conn.h"
+#include "fdtable.h"
+#include "libc.h"
+#include "link.h"
+#include "stats.h"
+
+unsigned r2s__links_active;
+
+#define SLICE_MS 100
+
+static int64_t now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds to sleep in the next slice; deadline < 0: forever. */
+static int slice(int64_t deadline)
+{
+  if (deadline < 0) return SLICE_MS;
+  int64_t left = deadline - now_ms();
+  return left <= 0 ? 0 : left < SLICE_MS ? (int)left : SLICE_MS;
+}
+
+static int kernel_poll(struct pollfd *fds, nfds_t n, int ms, const sigset_t *mask)
+{
+  int rc;
+  if (mask) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    rc = r2s__libc.ppoll(fds, n, ms < 0 ? NULL : &ts, mask);
+  } else {
+    rc = r2s__libc.poll(fds, n, ms);
+  }
+  return rc < 0 ? -errno : rc;
+}
+
+/* The carried connection behind fd, with a reference, or NULL. */
+static r2s_conn_t *carried(int fd)
+{
+  r2s_conn_t *c = r2s__fd_get(fd);
+  if (c && r2s__conn_passthrough(c)) {
+    r2s__conn_put(c);
+    c = NULL;
+  }
+  return c;
+}
+
+/* While the receive direction carries frames or ring bytes, a doorbell or
+ * the end of the stream arrives as kernel POLLIN, and the link reads it. */
+static short kernel_events_for(r2s_conn_t *c, short want, short owned)
+{
+  short ev = (short)(want & ~owned);
+  int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
+  if (owned && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) ev |= POLLIN;
+  return ev;
+}
+
+int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
+{
+  r2s_conn_t *small[16], **cs = small;
+  short small_ev[16], *orig = small_ev, small_own[16], *own = small_own;
+  if (n > 16) {
+    cs = calloc(n, sizeof *cs);
+    orig = calloc(n, sizeof *orig);
+    own = calloc(n, sizeof *own);
+    if (!cs || !orig || !own) {
+      free(cs), free(orig), free(own);
+      return -ENOMEM;
+    }
+  }
+  nfds_t special = 0;
+  for (nfds_t i = 0; i < n; i++) {
+    cs[i] = fds[i].fd >= 0 ? carried(fds[i].fd) : NULL;
+    orig[i] = fds[i].events;
+    special += cs[i] != NULL;
+  }
+  int rc = -ENOENT;
+  if (!special) goto out;
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (;;) {
+    /* What the links know, then the kernel's instant answer for the rest. */
+    short lrev[n ? n : 1];
+    for (nfds_t i = 0; i < n; i++) {
+      if (!cs[i]) continue;
+      lrev[i] = r2s__link_poll(cs[i]->link, fds[i].fd, (short)(orig[i] | POLLIN), &own[i]);
+      lrev[i] &= (short)(own[i] & orig[i]) | POLLERR;
+      fds[i].events = (short)(orig[i] & ~own[i]);
+    }
+    rc = kernel_poll(fds, n, 0, mask);
+    if (rc < 0) break;
+    rc = 0;
+    for (nfds_t i = 0; i < n; i++) {
+      if (cs[i]) fds[i].revents = (short)((fds[i].revents & ~own[i]) | lrev[i]);
+      rc += fds[i].revents != 0;
+    }
+    if (rc > 0) break;
+    int ms = slice(deadline);
+    if (ms == 0) break;
+    /* Nothing yet: ask the peers for doorbells, re-check, sleep. */
+    bool ready = false;
+    for (nfds_t i = 0; i < n && !ready; i++)
+      if (cs[i] && (r2s__link_arm(cs[i]->link, fds[i].fd, orig[i]) & orig[i])) ready = true;
+    if (!ready) {
+      for (nfds_t i = 0; i < n; i++)
+        if (cs[i]) fds[i].events = kernel_events_for(cs[i], orig[i], own[i]);
+      R2S_STAT_INC(waits_sleep);
+      rc = kernel_poll(fds, n, ms, mask);
+      if (rc == 0 && ms == SLICE_MS) R2S_STAT_INC(waits_slice_expired);
+    }
+    for (nfds_t i = 0; i < n; i++)
+      if (cs[i]) r2s__link_unarm(cs[i]->link, orig[i]);
+    if (rc < 0) break;
+  }
+  for (nfds_t i = 0; i < n; i++) fds[i].events = orig[i];
+out:
+  for (nfds_t i = 0; i < n; i++)
+    if (cs[i]) r2s__conn_put(cs[i]);
+  if (cs != small) free(cs), free(orig), free(own);
+  return rc;
+}
+
+int r2s__ready_select(int n, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, const sigset_t *mask)
+{
+  if (n < 0 || n > FD_SETSIZE) return -EINVAL;
+  /* Only worth the translation if a carried connection is in the sets. */
+  bool any = false;
+  for (int fd = 0; fd < n && !any; fd++) {
+    if (!((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)))) continue;
+    r2s_conn_t *c = carried(fd);
+    if (c) {
+      any = true;
+      r2s__conn_put(c);
+    }
+  }
+  if (!any) return -ENOENT;
+  struct pollfd *p = calloc((size_t)n, sizeof *p);
+  if (!p) return -ENOMEM;
+  nfds_t k = 0;
+  for (int fd = 0; fd < n; fd++) {
+    short ev = (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) | (w && FD_ISSET(fd, w) ? POLLOUT : 0) |
+                       (e && FD_ISSET(fd, e) ? POLLPRI : 0));
+    if (ev) p[k++] = (struct pollfd){fd, ev, 0};
+  }
+  int rc = r2s__ready_poll(p, k, timeout_ms, mask);
+  if (rc >= 0) {
+    if (r) FD_ZERO(r);
+    if (w) FD_ZERO(w);
+    if (e) FD_ZERO(e);
+    rc = 0;
+    for (nfds_t i = 0; i < k; i++) {
+      short re = p[i].revents;
+      /* select reports errors and hang-ups as readable (and writable). */
+      if (re & POLLNVAL) {
+        rc = -EBADF;
+        break;
+      }
+      bool rd = (p[i].events & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR));
+      bool wr = (p[i].events & POLLOUT) && (re & (POLLOUT | POLLERR));
+      bool ex = (p[i].events & POLLPRI) && (re & POLLPRI);
+      if (rd) FD_SET(p[i].fd, r);
+      if (wr) FD_SET(p[i].fd, w);
+      if (ex) FD_SET(p[i].fd, e);
+      rc += rd + wr + ex;
+    }
+  }
+  free(p);
+  return rc;
+}
+
+/* ---- epoll ---- */
+
+typedef struct ep_entry_s {
+  int fd;
+  uint32_t events;
+  uint64_t data;
+  r2s_conn_t *conn; /* identity check: the fd number may have been reused */
+  bool fired;       /* EPOLLONESHOT reported, until the next MOD */
+  unsigned round;   /* the epoll_wait call that last reported it */
+} ep_entry_t;
+
+typedef struct ep_reg_s {
+  pthread_mutex_t lock;
+  ep_entry_t *v;
+  unsigned n, cap;
+  unsigned round; /* counts epoll_wait calls, to report an entry once per call */
+} ep_reg_t;
+
+/* One slot per possible epoll fd, reserved like the fd table. */
+static ep_reg_t **regs;
+static pthread_once_t regs_once = PTHREAD_ONCE_INIT;
+
+static void regs_init(void)
+{
+  size_t len = (size_t)r2s__fd_cap * sizeof *regs;
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  regs = p == MAP_FAILED ? NULL : p;
+  if (regs) R2S_LSAN_ROOT(p, len);
+}
+
+static ep_reg_t *reg_of(int epfd, bool create)
+{
+  pthread_once(&regs_once, regs_init);
+  if (!regs || epfd < 0 || (unsigned)epfd >= r2s__fd_cap) return NULL;
+  ep_reg_t *r = __atomic_load_n(&regs[epfd], __ATOMIC_ACQUIRE);
+  if (r || !create) return r;
+  r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  pthread_mutex_init(&r->lock, NULL);
+  ep_reg_t *expected = NULL;
+  if (!__atomic_compare_exchange_n(&regs[epfd], &expected, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    free(r);
+    r = expected;
+  }
+  return r;
+}
+
+void r2s__epoll_closed(int fd)
+{
+  if (!regs || fd < 0 || (unsigned)fd >= r2s__fd_cap) return;
+  ep_reg_t *r = __atomic_exchange_n(&regs[fd], NULL, __ATOMIC_ACQ_REL);
+  if (!r) return;
+  /* A wait still running on this epoll fd in another thread would be the
+   * application's own use-after-close; the registry goes with the fd. */
+  pthread_mutex_destroy(&r->lock);
+  free(r->v);
+  free(r);
+}
+
+void r2s__epoll_created(int epfd)
+{
+  /* A new epoll fd may reuse the number of a closed one: forget it. */
+  ep_reg_t *r = reg_of(epfd, false);
+  if (!r) return;
+  pthread_mutex_lock(&r->lock);
+  r->n = 0;
+  pthread_mutex_unlock(&r->lock);
+}
+
+void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *ev)
+{
+  r2s_conn_t *c = r2s__fd_get(fd);
+  ep_reg_t *r = reg_of(epfd, c != NULL && op == EPOLL_CTL_ADD);
+  if (r) {
+    pthread_mutex_lock(&r->lock);
+    unsigned i = 0;
+    while (i < r->n && r->v[i].fd != fd) i++;
+    if (op == EPOLL_CTL_DEL) {
+      if (i < r->n) r->v[i] = r->v[--r->n];
+    } else if (c && ev) {
+      if (i == r->n && op == EPOLL_CTL_ADD) {
+        if (r->n == r->cap) {
+          unsigned cap = r->cap ? r->cap * 2 : 16;
+          ep_entry_t *v = realloc(r->v, cap * sizeof *v);
+          if (v) r->v = v, r->cap = cap;
+        }
+        if (r->n < r->cap)
+          r->n++;
+        else
+          i = r->n; /* out of memory: the kernel's answer stands for it */
+      }
+      if (i < r->n) r->v[i] = (ep_entry_t){fd, ev->events, ev->data.u64, c, false, 0};
+    }
+    pthread_mutex_unlock(&r->lock);
+  }
+  if (c) r2s__conn_put(c);
+}
+
+/* Readiness of the carried connections registered in r, up to max events;
+ * -ENOENT if none of its registrations is a carried connection. */
+static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm)
+{
+  int k = 0;
+  bool any = false;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n && k < max; i++) {
+    ep_entry_t *e = &r->v[i];
+    if (e->fired) continue;
+    r2s_conn_t *c = carried(e->fd);
+    if (!c) continue;
+    if (c == e->conn) {
+      any = true;
+      short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+      short rev = arm ? r2s__link_arm(c->link, e->fd, want) : r2s__link_poll(c->link, e->fd, want, &owned);
+      if (!arm) rev &= (short)(owned | POLLERR);
+      uint32_t got = (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP);
+      if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
+        out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
+        e->round = r->round;
+        if (e->events & EPOLLONESHOT) e->fired = true;
+      }
+    }
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return any || k ? k : -ENOENT;
+}
+
+static void unarm_all(ep_reg_t *r)
+{
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n; i++) {
+    r2s_conn_t *c = carried(r->v[i].fd);
+    if (!c) continue;
+    if (c == r->v[i].conn) r2s__link_unarm(c->link, (short)(r->v[i].events & (EPOLLIN | EPOLLOUT)));
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+}
+
+/* Kernel events on a carried connection: for the bits the link owns the
+ * kernel saw doorbells or frames, so the link's answer replaces them; the
+ * other bits stand. An entry already reported in this call is not
+ * reported twice. */
+static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
+{
+  int out = 0;
+  pthread_mutex_lock(&r->lock);
+  for (int j = 0; j < k; j++) {
+    uint32_t events = ev[j].events;
+    for (unsigned i = 0; i < r->n; i++) {
+      ep_entry_t *e = &r->v[i];
+      if (e->data != ev[j].data.u64) continue;
+      r2s_conn_t *c = carried(e->fd);
+      if (!c) break;
+      if (c == e->conn) {
+        if (e->round == r->round) {
+          events = 0;
+        } else {
+          short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+          short rev = r2s__link_poll(c->link, e->fd, want, &owned);
+          events = (events & ~(uint32_t)owned) | ((uint32_t)(rev & owned) & e->events);
+          if (events) e->round = r->round;
+        }
+      }
+      r2s__conn_put(c);
+      break;
+    }
+    if (events & ~(uint32_t)(EPOLLET | EPOLLONESHOT)) {
+      ev[j].events = events;
+      ev[out++] = ev[j];
+    }
+  }
+  pthread_mutex_unlock(&r->lock);
+  return out;
+}
+
+static int kernel_epoll(int epfd, struct epoll_event *ev, int max, int ms, const sigset_t *mask)
+{
+  int rc = mask ? r2s__libc.epoll_pwait(epfd, ev, max, ms, mask) : r2s__libc.epoll_wait(epfd, ev, max, ms);
+  return rc < 0 ? -errno : rc;
+}
+
+int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask)
+{
+  ep_reg_t *r = reg_of(epfd, false);
+  if (!r || max <= 0) return -ENOENT;
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (;;) {
+    pthread_mutex_lock(&r->lock);
+    r->round++;
+    pthread_mutex_unlock(&r->lock);
+    int k = collect(r, ev, max, false);
+    if (k < 0) return k; /* nothing of ours in this set: the kernel alone */
+    if (k > 0) {
+      int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
+      return more < 0 ? k : k + filter(r, ev + k, more);
+    }
+    int ms = slice(deadline);
+    k = collect(r, ev, max, true); /* arms, and catches what raced in */
+    if (k < 0) return k;
+    if (k > 0) {
+      unarm_all(r);
+      int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
+      return more < 0 ? k : k + filter(r, ev + k, more);
+    }
+    int n = kernel_epoll(epfd, ev, max, ms, mask);
+    unarm_all(r);
+    if (n < 0) return n;
+    n = filter(r, ev, n);
+    if (n > 0) return n;
+    /* Only doorbells (or nothing): look at the links again, unless the
+     * time is up. */
+    if (ms == 0) {
+      k = collect(r, ev, max, false);
+      return k < 0 ? 0 : k;
+    }
+  }
+}

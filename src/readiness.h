@@ -1,0 +1,45 @@
+/*
+ * readiness.h - poll, select and epoll for connections whose bytes the
+ * kernel does not see.
+ *
+ * Contract:
+ *  - While no connection of the process is carried by the shim
+ *    (r2s__links_active == 0) the wrappers call libc directly: nothing here
+ *    runs.
+ *  - Otherwise a wait asks each carried connection first (r2s__link_poll:
+ *    the ring, frames), merges the kernel's answer for everything else,
+ *    and if nothing is ready arms the connections (asks their peers for a
+ *    doorbell) and sleeps in the kernel, in slices of at most 100 ms so a
+ *    lost wake-up costs latency, never a hang.
+ *  - epoll: the shim keeps, per epoll fd, the registrations of tracked TCP
+ *    sockets (fd, events, data) as the application made them, and reports
+ *    a carried connection's readiness with the application's data. A
+ *    carried connection is reported level-triggered even under EPOLLET
+ *    (an extra event is harmless to an edge-triggered reader, a lost one
+ *    is not); EPOLLONESHOT is honoured until the next EPOLL_CTL_MOD.
+ *  - All functions return a count or -errno and preserve the caller's
+ *    pollfd/event arrays' meaning exactly as the kernel defines it.
+ */
+#ifndef R2S_READINESS_H
+#define R2S_READINESS_H
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+
+extern unsigned r2s__links_active;
+
+/* timeout_ms < 0: forever. mask: as ppoll (NULL: none). */
+int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);
+int r2s__ready_select(int n, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, const sigset_t *mask);
+
+void r2s__epoll_created(int epfd);
+/* fd is being closed: if it was an epoll fd, its registrations go too. */
+void r2s__epoll_closed(int fd);
+void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *ev);
+/* Returns -ENOENT when nothing of the shim's is registered in epfd: the
+ * caller then asks the kernel directly. */
+int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask);
+
+#endif

@@ -1,0 +1,131 @@
+/* Orderly close in the background: a duplicate of each closed socket is
+ * kept until the peer has finished sending frames to it. */
+#include "reaper.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "init.h"
+#include "libc.h"
+
+#define MAX_REAPED 256
+#define LINGER_NS  (2000000000LL)
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static struct {
+  int fd;
+  long long deadline;
+} reaped[MAX_REAPED];
+static int nreaped;
+static bool started;
+
+static long long now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Reads what is there; true once the socket is done (FIN, error). */
+static bool drain(int fd)
+{
+  char buf[4096];
+  for (;;) {
+    ssize_t n = r2s__libc.recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) continue;
+    return n == 0 || (errno != EAGAIN && errno != EINTR);
+  }
+}
+
+static void *reaper_main(void *arg)
+{
+  (void)arg;
+  r2s__in_shim++; /* everything this thread calls goes straight to libc */
+  struct pollfd p[MAX_REAPED];
+  pthread_mutex_lock(&lock);
+  for (;;) {
+    while (nreaped == 0) pthread_cond_wait(&wake, &lock);
+    int n = nreaped;
+    for (int i = 0; i < n; i++) p[i] = (struct pollfd){reaped[i].fd, POLLIN | POLLRDHUP, 0};
+    pthread_mutex_unlock(&lock);
+    (void)r2s__libc.poll(p, (nfds_t)n, 50);
+    long long t = now_ns();
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nreaped;) {
+      int fd = reaped[i].fd;
+      bool done = t > reaped[i].deadline;
+      for (int j = 0; j < n && !done; j++)
+        if (p[j].fd == fd && p[j].revents) done = drain(fd);
+      if (done) {
+        r2s__libc.close(fd);
+        reaped[i] = reaped[--nreaped];
+      } else {
+        i++;
+      }
+    }
+  }
+  return NULL;
+}
+
+int r2s__reaper_adopt(int fd)
+{
+  int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
+  if (dup < 0) return -errno;
+  pthread_mutex_lock(&lock);
+  int rc = 0;
+  if (!started) {
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    rc = -pthread_create(&t, &a, reaper_main, NULL);
+    pthread_attr_destroy(&a);
+    started = rc == 0;
+  }
+  if (rc == 0 && nreaped == MAX_REAPED) rc = -EMFILE;
+  if (rc == 0) {
+    reaped[nreaped].fd = dup;
+    reaped[nreaped].deadline = now_ns() + LINGER_NS;
+    nreaped++;
+    pthread_cond_signal(&wake);
+  }
+  pthread_mutex_unlock(&lock);
+  if (rc) {
+    r2s__libc.close(dup);
+    return rc;
+  }
+  /* Our FIN goes out after everything queued; what the peer sends on is
+   * read and dropped by the reaper. */
+  (void)r2s__libc.shutdown(dup, SHUT_WR);
+  return 0;
+}
+
+void r2s__reaper_fork_child(void)
+{
+  /* The thread is not in the child; the duplicates are the parent's. */
+  pthread_mutex_init(&lock, NULL);
+  pthread_cond_init(&wake, NULL);
+  for (int i = 0; i < nreaped; i++) r2s__libc.close(reaped[i].fd);
+  nreaped = 0;
+  started = false;
+}
+
+void r2s__reaper_wait(int ms)
+{
+  long long end = now_ns() + (long long)ms * 1000000LL;
+  pthread_mutex_lock(&lock);
+  while (nreaped > 0 && started && now_ns() < end) {
+    pthread_mutex_unlock(&lock);
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&lock);
+  }
+  pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,29 @@
+/*
+ * reaper.h - orderly close of sockets that carried shim frames.
+ *
+ * Contract:
+ *  - A shim peer may send frames (its handshake, doorbells) at any time,
+ *    even after our application closed. Bytes that reach a closed socket
+ *    make the kernel answer with a reset, which can cost the peer the end of
+ *    our stream, or at least turn its clean end of stream into ECONNRESET.
+ *  - r2s__reaper_adopt(fd) takes over a socket the application is closing:
+ *    it keeps a duplicate of it (above fd 512, close-on-exec), sends our
+ *    FIN, and reads and drops whatever arrives until the peer's FIN, an
+ *    error, or 2 s pass; then it closes the duplicate. The application's
+ *    close() returns at once.
+ *  - One background thread, started on first use. In a fork() child the
+ *    duplicates are closed (they are the parent's business).
+ *  - Returns 0, or -errno if it could not take the socket (the caller then
+ *    closes it as usual).
+ */
+#ifndef R2S_REAPER_H
+#define R2S_REAPER_H
+
+int r2s__reaper_adopt(int fd);
+void r2s__reaper_fork_child(void);
+
+/* At exit: gives the sockets being finished up to ms milliseconds, so the
+ * process's end does not turn their orderly close into resets. */
+void r2s__reaper_wait(int ms);
+
+#endif

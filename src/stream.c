@@ -1,0 +1,189 @@
+/* Blocking, timeouts, MSG_WAITALL and SIGPIPE on top of the nonblocking
+ * link operations. */
+#include "stream.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "libc.h"
+#include "link.h"
+#include "options.h"
+#include "stats.h"
+
+#define SLEEP_CAP_MS 100
+
+static int64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The iovec from byte `skip` on, in the caller's array `out`. */
+static int advance(struct iovec *out, const struct iovec *iov, int cnt, size_t skip)
+{
+  int k = 0;
+  for (int i = 0; i < cnt; i++) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    out[k].iov_base = (char *)iov[i].iov_base + skip;
+    out[k].iov_len = iov[i].iov_len - skip;
+    skip = 0;
+    k++;
+  }
+  return k;
+}
+
+static size_t total_len(const struct iovec *iov, int cnt)
+{
+  size_t t = 0;
+  for (int i = 0; i < cnt; i++) t += iov[i].iov_len;
+  return t;
+}
+
+/* Waits until `events` may be ready on the link, or the deadline (0: none)
+ * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. */
+static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
+{
+  short owned;
+  int64_t spin_end = now_ns() + (int64_t)r2s__opt.spin_us * 1000;
+  /* Spin on shared memory first: a peer running on another core answers in
+   * well under a microsecond, far below the cost of sleeping. */
+  while (now_ns() < spin_end) {
+    short rev = r2s__link_poll(l, fd, events, &owned);
+    if ((rev & owned & events) || !(owned & events)) break;
+    __builtin_ia32_pause();
+  }
+  short ready = r2s__link_arm(l, fd, events);
+  if (ready & events) {
+    r2s__link_unarm(l, events);
+    return 0;
+  }
+  int ms = SLEEP_CAP_MS;
+  if (deadline) {
+    int64_t left = deadline - now_ns();
+    if (left <= 0) {
+      r2s__link_unarm(l, events);
+      return -EAGAIN;
+    }
+    if (left / 1000000 < ms) ms = (int)(left / 1000000) + 1;
+  }
+  /* The kernel side of the wait: doorbells and end of stream arrive on the
+   * TCP socket. While the peer has not switched yet, its hello or switch
+   * mark alone is POLLPRI. */
+  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  struct pollfd p = {fd, (short)(POLLIN | POLLRDHUP | (rx == R2S_RX_PROBE ? POLLPRI : 0)), 0};
+  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_RING)
+    p.events |= POLLOUT;
+  R2S_STAT_INC(waits_sleep);
+  int rc = r2s__libc.poll(&p, 1, ms);
+  int err = rc < 0 ? errno : 0;
+  if (rc == 0 && ms == SLEEP_CAP_MS) R2S_STAT_INC(waits_slice_expired);
+  r2s__link_unarm(l, events);
+  if (err == EINTR) return -EINTR;
+  return 0;
+}
+
+static int64_t deadline_of(uint32_t timeout_ms)
+{
+  return timeout_ms ? now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+}
+
+static bool nonblocking(r2s_conn_t *c, int flags)
+{
+  return (flags & MSG_DONTWAIT) || (r2s__conn_flags(c) & R2S_CONN_NONBLOCK);
+}
+
+ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  r2s_link_t *l = c->link;
+  size_t want = total_len(iov, cnt), done = 0;
+  bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
+  int64_t deadline = 0;
+  struct iovec rest[64];
+  for (;;) {
+    int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
+    int path = r2s__link_rx_path(l);
+    ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK);
+    if (n > 0) {
+      if (!(flags & MSG_PEEK)) r2s__conn_count_rx(c, (r2s_path_t)path, n);
+      done += (size_t)n;
+      if (!waitall || done >= want) return (ssize_t)done;
+      continue;
+    }
+    if (n == 0 || want == 0) return (ssize_t)done;
+    if (n != -EAGAIN) return done ? (ssize_t)done : n;
+    if (nb) return done ? (ssize_t)done : -EAGAIN;
+    if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
+    int rc = wait_for(l, fd, POLLIN, deadline);
+    if (rc < 0) return done ? (ssize_t)done : rc;
+  }
+}
+
+ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  r2s_link_t *l = c->link;
+  size_t want = total_len(iov, cnt), done = 0;
+  bool nb = nonblocking(c, flags);
+  int64_t deadline = 0;
+  struct iovec rest[64];
+  for (;;) {
+    int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
+    int path = r2s__link_tx_path(l);
+    ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT);
+    if (n > 0) {
+      r2s__conn_count_tx(c, (r2s_path_t)path, n);
+      done += (size_t)n;
+      if (done >= want || nb) return (ssize_t)done;
+      continue;
+    }
+    if (want == done) return (ssize_t)done;
+    if (n == -EPIPE) {
+      if (!(flags & MSG_NOSIGNAL)) pthread_kill(pthread_self(), SIGPIPE);
+      return done ? (ssize_t)done : -EPIPE;
+    }
+    if (n != -EAGAIN) return done ? (ssize_t)done : n;
+    if (nb) return done ? (ssize_t)done : -EAGAIN;
+    if (!deadline && c->sndtimeo_ms) deadline = deadline_of(c->sndtimeo_ms);
+    int rc = wait_for(l, fd, POLLOUT, deadline);
+    if (rc < 0) return done ? (ssize_t)done : rc;
+  }
+}
+
+ssize_t r2s__stream_send_oob(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  size_t total = total_len(iov, cnt);
+  if (total == 0) return 0;
+  struct iovec head[64];
+  int k = 0;
+  size_t left = total - 1, done = 0;
+  for (int i = 0; i < cnt && k < 64 && left; i++) {
+    if (!iov[i].iov_len) continue;
+    head[k] = iov[i];
+    if (head[k].iov_len > left) head[k].iov_len = left;
+    left -= head[k].iov_len;
+    k++;
+  }
+  if (total > 1) {
+    ssize_t n = r2s__stream_send(c, fd, head, k, flags & ~MSG_OOB);
+    if (n < 0 || (size_t)n < total - 1) return n;
+    done = (size_t)n;
+  }
+  /* The last byte of the vector. */
+  const char *last = NULL;
+  for (int i = cnt - 1; i >= 0 && !last; i--)
+    if (iov[i].iov_len) last = (const char *)iov[i].iov_base + iov[i].iov_len - 1;
+  ssize_t n = r2s__link_send_oob(c->link, fd, last, 1, flags | MSG_NOSIGNAL, nonblocking(c, flags));
+  if (n < 0) {
+    if (n == -EPIPE && !(flags & MSG_NOSIGNAL)) pthread_kill(pthread_self(), SIGPIPE);
+    return done ? (ssize_t)done : n;
+  }
+  r2s__conn_count_tx(c, R2S_PATH_TCP, n);
+  return (ssize_t)(done + (size_t)n);
+}

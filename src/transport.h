@@ -1,0 +1,81 @@
+/*
+ * transport.h - what a transport (shared memory, RDMA) gives the link.
+ *
+ * Contract:
+ *  - A transport moves application bytes of one connection, in both
+ *    directions, through rings owned by the receivers: each end offers its
+ *    receive ring in its HANDSHAKE (offer), and attaches the ring its peer
+ *    offered (attach), becoming that ring's only producer. The link decides
+ *    when; the transport never touches the TCP socket.
+ *  - offer() and attach() may fail (no memory, no device, a limit): the
+ *    link then keeps the direction on TCP and counts why. Neither leaves
+ *    anything behind on failure.
+ *  - put/get/space/avail never block and return byte counts or -errno;
+ *    -EPROTO means the peer broke the ring's rules (the connection is then
+ *    reset), -EPIPE that the peer's reader is gone.
+ *  - Wake-ups: a side about to sleep calls sleep_*(true), re-checks, and
+ *    sleeps in the kernel on the connection's fd; the other side, after
+ *    moving bytes, calls take_peer_*_sleeper(): if it returns true, it
+ *    sends a DOORBELL frame over TCP, which makes the sleeper's fd readable
+ *    (so the application's own poll/epoll on that fd wake too).
+ *  - release() is called once per process, when its last fd of the
+ *    connection closes. It only undoes local things (mappings, a name not
+ *    yet sealed): after fork() another process may still use the
+ *    connection, and the peer learns of the end from TCP itself.
+ */
+#ifndef R2S_TRANSPORT_H
+#define R2S_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "frame.h"
+
+typedef struct r2s_link_s r2s_link_t;
+typedef struct r2s_tp_state_s r2s_tp_state_t; /* each transport defines its own */
+
+typedef struct r2s_transport_s {
+  const char *name;
+  int path; /* r2s_path_t */
+
+  /* Creates this end's receive ring and describes it in *hs. */
+  int (*offer)(r2s_tp_state_t **st, r2s_handshake_t *hs);
+  /* Can this transport reach a peer that sent *peer (same host for shm)? */
+  bool (*reaches)(const r2s_handshake_t *mine, const r2s_handshake_t *peer);
+  /* Attaches the peer's ring described in *peer. */
+  int (*attach)(r2s_tp_state_t *st, const r2s_handshake_t *peer);
+  /* The peer has attached this end's ring: drop what let it find the ring
+   * (the shm name), so no other process can. */
+  void (*seal)(r2s_tp_state_t *st);
+
+  /* producer side: into the peer's ring */
+  ssize_t (*space)(r2s_tp_state_t *st);
+  ssize_t (*put)(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max);
+  /* consumer side: from this end's ring */
+  ssize_t (*avail)(r2s_tp_state_t *st);
+  ssize_t (*get)(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek);
+
+  /* bytes this end ever put into the peer's ring / took from its own */
+  uint64_t (*produced)(r2s_tp_state_t *st);
+  uint64_t (*consumed)(r2s_tp_state_t *st);
+
+  /* wake-ups (see above) */
+  void (*sleep_rx)(r2s_tp_state_t *st, bool on);    /* waiting for bytes */
+  void (*sleep_tx)(r2s_tp_state_t *st, bool on);    /* waiting for space */
+  bool (*take_peer_rx_sleeper)(r2s_tp_state_t *st); /* after put */
+  bool (*take_peer_tx_sleeper)(r2s_tp_state_t *st); /* after get */
+
+  /* The peer's producer said it will write no more (after its last byte). */
+  bool (*peer_tx_closed)(r2s_tp_state_t *st);
+  /* This end will write no more: the peer reads end of stream after the
+   * bytes already in its ring. */
+  void (*close_tx)(r2s_tp_state_t *st);
+  void (*release)(r2s_tp_state_t *st);
+} r2s_transport_t;
+
+extern const r2s_transport_t r2s__transport_shm;
+
+#endif

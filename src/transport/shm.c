@@ -1,0 +1,275 @@
+/* The shared-memory transport: each end's receive ring lives in a POSIX
+ * shared-memory segment it creates (mode 0600, a random name), the peer maps
+ * it and becomes its producer, and the name is unlinked as soon as the peer
+ * says it has mapped it. One copy in (put), one copy out (get). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hostid.h"
+#include "libc.h"
+#include "log.h"
+#include "options.h"
+#include "ring.h"
+#include "transport.h"
+
+struct r2s_tp_state_s {
+  char name[R2S_SHM_NAME_MAX]; /* this end's segment, until sealed */
+  bool named;
+  void *own_mem, *peer_mem;
+  size_t own_len, peer_len;
+  r2s_ring_t own;  /* we consume */
+  r2s_ring_t peer; /* we produce */
+  bool attached;
+};
+
+#define NAME_PREFIX "/r2s-"
+
+static int random_name(char *out)
+{
+  uint8_t rnd[12];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) return -EIO;
+  char *p = out + sprintf(out, NAME_PREFIX "%d-", (int)getpid());
+  for (size_t i = 0; i < sizeof rnd; i++) p += sprintf(p, "%02x", rnd[i]);
+  return 0;
+}
+
+static void unmap(void **mem, size_t len)
+{
+  if (*mem) munmap(*mem, len);
+  *mem = NULL;
+}
+
+/* Segments whose creator died before anyone unlinked them (killed between
+ * creating its ring and the peer mapping it): their names carry the
+ * creator's pid, so the first offer of each process sweeps them away. */
+static void sweep_orphans(void)
+{
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int pid;
+    if (sscanf(e->d_name, "r2s-%d-", &pid) != 1 || pid <= 0 || pid == getpid()) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    char name[R2S_SHM_NAME_MAX + 2];
+    if (snprintf(name, sizeof name, "/%s", e->d_name) < (int)sizeof name) shm_unlink(name);
+  }
+  closedir(d);
+}
+
+static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs)
+{
+  static pthread_once_t swept = PTHREAD_ONCE_INIT;
+  pthread_once(&swept, sweep_orphans);
+  uint64_t size = r2s__opt.ring_size;
+  r2s_tp_state_t *st = calloc(1, sizeof *st);
+  if (!st) return -ENOMEM;
+  int rc = random_name(st->name);
+  if (rc < 0) goto err_free;
+  int fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    rc = -errno;
+    goto err_free;
+  }
+  st->named = true;
+  st->own_len = r2s__ring_bytes(size);
+  if (ftruncate(fd, (off_t)st->own_len) < 0) {
+    rc = -errno;
+    r2s__libc.close(fd);
+    goto err_unlink;
+  }
+  st->own_mem = mmap(NULL, st->own_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  r2s__libc.close(fd);
+  if (st->own_mem == MAP_FAILED) {
+    rc = -errno;
+    st->own_mem = NULL;
+    goto err_unlink;
+  }
+  r2s__ring_format(st->own_mem, size);
+  rc = r2s__ring_attach(&st->own, st->own_mem, size);
+  if (rc < 0) goto err_unmap;
+  hs->has_shm = 1;
+  memcpy(hs->shm.name, st->name, sizeof st->name);
+  hs->shm.ring_size = size;
+  *out = st;
+  return 0;
+
+err_unmap:
+  unmap(&st->own_mem, st->own_len);
+err_unlink:
+  shm_unlink(st->name);
+err_free:
+  free(st);
+  return rc;
+}
+
+static bool shm_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *peer)
+{
+  return peer->has_shm && memcmp(mine->boot_id, peer->boot_id, 16) == 0 && mine->netns == peer->netns;
+}
+
+static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
+{
+  uint64_t size = peer->shm.ring_size;
+  if (strncmp(peer->shm.name, NAME_PREFIX, strlen(NAME_PREFIX)) != 0) return -EPROTO;
+  if (size < 4096 || size > (1ull << 30) || (size & (size - 1))) return -EPROTO;
+  int fd = shm_open(peer->shm.name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+  if (fd < 0) return -errno;
+  /* Only a segment made the way shm_offer makes them, by our own user: a
+   * peer must not be able to point us at some other shared memory. */
+  struct stat sb;
+  int rc = 0;
+  if (fstat(fd, &sb) < 0)
+    rc = -errno;
+  else if (sb.st_uid != geteuid() || (sb.st_mode & 0777) != 0600 ||
+           (uint64_t)sb.st_size != r2s__ring_bytes(size))
+    rc = -EPERM;
+  void *mem = rc ? MAP_FAILED : mmap(NULL, r2s__ring_bytes(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (!rc && mem == MAP_FAILED) rc = -errno;
+  r2s__libc.close(fd);
+  if (rc) return rc;
+  /* Both ends hold the ring now: the name has done its job. Unlinking it
+   * here, not only when the owner hears of it, leaves nothing behind if
+   * the owner dies first. */
+  shm_unlink(peer->shm.name);
+  st->peer_mem = mem;
+  st->peer_len = r2s__ring_bytes(size);
+  rc = r2s__ring_attach(&st->peer, mem, size);
+  if (rc < 0) {
+    unmap(&st->peer_mem, st->peer_len);
+    return -EPROTO;
+  }
+  st->attached = true;
+  return 0;
+}
+
+static void shm_seal(r2s_tp_state_t *st)
+{
+  if (st->named) shm_unlink(st->name);
+  st->named = false;
+}
+
+static ssize_t shm_space(r2s_tp_state_t *st)
+{
+  if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
+  return r2s__ring_space(&st->peer);
+}
+
+static ssize_t shm_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
+{
+  if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
+  return r2s__ring_put(&st->peer, iov, cnt, skip, max);
+}
+
+static ssize_t shm_avail(r2s_tp_state_t *st)
+{
+  return r2s__ring_avail(&st->own);
+}
+
+static ssize_t shm_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek)
+{
+  return r2s__ring_get(&st->own, iov, cnt, max, peek);
+}
+
+static uint64_t shm_produced(r2s_tp_state_t *st)
+{
+  return st->attached ? st->peer.tail : 0;
+}
+
+static uint64_t shm_consumed(r2s_tp_state_t *st)
+{
+  return st->own.head;
+}
+
+/* The sleeping words: set, then a full fence before the caller re-checks
+ * the ring; the other side publishes its index, fences, then reads the
+ * word. One of the two always sees the other (Dekker). */
+static void shm_sleep_rx(r2s_tp_state_t *st, bool on)
+{
+  __atomic_store_n(&st->own.ctl->consumer_sleeping, on, __ATOMIC_SEQ_CST);
+}
+
+static void shm_sleep_tx(r2s_tp_state_t *st, bool on)
+{
+  __atomic_store_n(&st->peer.ctl->producer_sleeping, on, __ATOMIC_SEQ_CST);
+}
+
+/* A full barrier. TSan does not model fences, so its builds use a
+ * sequentially consistent read-modify-write instead (a full barrier on
+ * every CPU this builds for, and one TSan understands). */
+static inline void full_barrier(void)
+{
+#ifdef R2S_TSAN
+  static int dummy;
+  __atomic_fetch_add(&dummy, 0, __ATOMIC_SEQ_CST);
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+static bool shm_take_peer_rx_sleeper(r2s_tp_state_t *st)
+{
+  full_barrier();
+  uint32_t *w = &st->peer.ctl->consumer_sleeping;
+  return __atomic_load_n(w, __ATOMIC_RELAXED) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
+}
+
+static bool shm_take_peer_tx_sleeper(r2s_tp_state_t *st)
+{
+  full_barrier();
+  uint32_t *w = &st->own.ctl->producer_sleeping;
+  return __atomic_load_n(w, __ATOMIC_RELAXED) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
+}
+
+static bool shm_peer_tx_closed(r2s_tp_state_t *st)
+{
+  return __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void shm_close_tx(r2s_tp_state_t *st)
+{
+  if (st->attached) __atomic_store_n(&st->peer.ctl->producer_closed, 1, __ATOMIC_RELEASE);
+}
+
+/* Local only: after fork() the connection may live on in another process,
+ * so nothing shared is marked closed here; the peer learns that the
+ * connection ended from TCP (FIN, or a reset), as the kernel decides. */
+static void shm_release(r2s_tp_state_t *st)
+{
+  shm_seal(st);
+  unmap(&st->own_mem, st->own_len);
+  unmap(&st->peer_mem, st->peer_len);
+  free(st);
+}
+
+const r2s_transport_t r2s__transport_shm = {
+    .name = "shm",
+    .path = 1, /* R2S_PATH_SHM */
+    .offer = shm_offer,
+    .reaches = shm_reaches,
+    .attach = shm_attach,
+    .seal = shm_seal,
+    .space = shm_space,
+    .put = shm_put,
+    .avail = shm_avail,
+    .get = shm_get,
+    .produced = shm_produced,
+    .consumed = shm_consumed,
+    .sleep_rx = shm_sleep_rx,
+    .sleep_tx = shm_sleep_tx,
+    .take_peer_rx_sleeper = shm_take_peer_rx_sleeper,
+    .take_peer_tx_sleeper = shm_take_peer_tx_sleeper,
+    .peer_tx_closed = shm_peer_tx_closed,
+    .close_tx = shm_close_tx,
+    .release = shm_release,
+};
