@@ -156,6 +156,7 @@ r2s_link_t *r2s__link_start(int fd)
   l->rx_state = R2S_RX_PROBE;
   l->tx_state = R2S_TX_PROBE;
   l->tx_probe_at = 1;
+  l->pump_due = 1;
   l->peer_shim = r2s__opt.peer_shim;
   __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
   return l;
@@ -402,6 +403,22 @@ static void try_ring_tx(r2s_link_t *l, int fd)
 
 /* ---- receive side ---- */
 
+/* Is a read of the socket worth a system call? While the ring carries the
+ * data, TCP brings only doorbells (after we asked for one), the end of the
+ * stream or a rare control frame. So we look after arming, after the
+ * kernel said the socket is readable, and every 64th time anyway (an
+ * application that never waits must still see the end of the stream). */
+static bool pump_is_due(r2s_link_t *l)
+{
+  if (__atomic_exchange_n(&l->pump_due, 0, __ATOMIC_ACQ_REL)) return true;
+  return (++l->idle_looks & 63) == 0;
+}
+
+void r2s__link_pump_due(r2s_link_t *l)
+{
+  __atomic_store_n(&l->pump_due, 1, __ATOMIC_RELEASE);
+}
+
 static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
 {
   if (l->have_peer_hs) return -EPROTO;
@@ -621,7 +638,7 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = l->tp->get(l->tps, iov, cnt, want, peek);
       return n == 0 && l->rx_err ? l->rx_err : n;
     }
-    if (pass == 0) {
+    if (pass == 0 && pump_is_due(l)) {
       int rc = pump_control(l, fd);
       if (rc < 0) return rc;
       if (l->rx_plain_pending && ring_ends_here(l, &want)) return RETRY;
@@ -955,7 +972,7 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
         pthread_mutex_unlock(&l->rx_lock);
         pump_from_sender(l, fd); /* control frames up to the next DATA header */
         pthread_mutex_lock(&l->rx_lock);
-      } else if (l->rx_state == R2S_RX_RING && l->tp->avail(l->tps) == 0) {
+      } else if (l->rx_state == R2S_RX_RING && l->tp->avail(l->tps) == 0 && pump_is_due(l)) {
         int rc = pump_control(l, fd);
         if (rc < 0) fail(l, rc, "bad frame from the peer");
       }
@@ -984,9 +1001,22 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
   return rev;
 }
 
+short r2s__link_poll_ring(r2s_link_t *l, short events)
+{
+  short rev = 0;
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
+      (l->tp->avail(l->tps) != 0 || l->tp->peer_tx_closed(l->tps)))
+    rev |= POLLIN;
+  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
+      l->tp->space(l->tps) != 0)
+    rev |= POLLOUT;
+  return rev;
+}
+
 short r2s__link_arm(r2s_link_t *l, int fd, short events)
 {
   short owned, rev = 0;
+  r2s__link_pump_due(l); /* a doorbell may come: look at the socket again */
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
     l->tp->sleep_rx(l->tps, true);
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)

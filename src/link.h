@@ -61,6 +61,8 @@ struct r2s_link_s {
   bool interlude_owed, interlude_sent; /* see send_interlude_locked() */
   bool rx_shut;                        /* the application shut down reading */
   bool closing;                        /* the last fd is being closed: no new switch */
+  int pump_due;      /* atomic: TCP may hold frames for us (see pump_is_due) */
+  uint32_t idle_looks;
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
 
@@ -123,6 +125,14 @@ int r2s__link_atmark(r2s_link_t *l, int fd);
  * POLLOUT while ours go into the ring) it returns the answer; the kernel's
  * answer stands for every other bit. May read control frames from fd. */
 short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned);
+
+/* The kernel reported the socket readable: frames (a doorbell, the end)
+ * may be waiting, so the next look reads them. */
+void r2s__link_pump_due(r2s_link_t *l);
+
+/* The part of r2s__link_poll that needs no system call: bytes in our ring,
+ * room in the peer's. For spinning. */
+short r2s__link_poll_ring(r2s_link_t *l, short events);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a
  * doorbell, then re-check. Returns the events ready right now (0: sleep).

@@ -13,6 +13,7 @@
 #include "fdtable.h"
 #include "libc.h"
 #include "link.h"
+#include "options.h"
 #include "stats.h"
 
 unsigned r2s__links_active;
@@ -67,6 +68,29 @@ static short kernel_events_for(r2s_conn_t *c, short want, short owned)
   return ev;
 }
 
+static int64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* True as soon as a carried connection's ring can serve one of its events. */
+static bool spin_rings(r2s_conn_t **cs, const struct pollfd *fds, const short *orig, nfds_t n)
+{
+  if (!r2s__opt.spin_us) return false;
+  int64_t end = now_ns() + (int64_t)r2s__opt.spin_us * 1000;
+  for (unsigned spins = 1;; spins++) {
+    for (nfds_t i = 0; i < n; i++)
+      if (cs[i] && r2s__link_poll_ring(cs[i]->link, orig[i])) return true;
+    __builtin_ia32_pause();
+    /* The clock costs more than a look at the rings: read it now and then. */
+    if ((spins & 31) == 0 && now_ns() >= end) break;
+  }
+  (void)fds;
+  return false;
+}
+
 int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
 {
   r2s_conn_t *small[16], **cs = small;
@@ -88,27 +112,40 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
   }
   int rc = -ENOENT;
   if (!special) goto out;
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int64_t deadline = -2; /* computed when first needed: a ready answer needs no clock */
   for (;;) {
     /* What the links know, then the kernel's instant answer for the rest. */
     short lrev[n ? n : 1];
     for (nfds_t i = 0; i < n; i++) {
       if (!cs[i]) continue;
-      lrev[i] = r2s__link_poll(cs[i]->link, fds[i].fd, (short)(orig[i] | POLLIN), &own[i]);
+      lrev[i] = r2s__link_poll(cs[i]->link, fds[i].fd, orig[i], &own[i]);
       lrev[i] &= (short)(own[i] & orig[i]) | POLLERR;
       fds[i].events = (short)(orig[i] & ~own[i]);
     }
-    rc = kernel_poll(fds, n, 0, mask);
-    if (rc < 0) break;
+    /* Ask the kernel only about what the links do not answer (a select
+     * over carried connections alone costs no system call). */
+    bool kernel_needed = false;
+    for (nfds_t i = 0; i < n && !kernel_needed; i++) kernel_needed = fds[i].events != 0 || !cs[i];
+    if (kernel_needed) {
+      rc = kernel_poll(fds, n, 0, mask);
+      if (rc < 0) break;
+    } else {
+      for (nfds_t i = 0; i < n; i++) fds[i].revents = 0;
+    }
     rc = 0;
     for (nfds_t i = 0; i < n; i++) {
       if (cs[i]) fds[i].revents = (short)((fds[i].revents & ~own[i]) | lrev[i]);
       rc += fds[i].revents != 0;
     }
     if (rc > 0) break;
+    if (deadline == -2) deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
     int ms = slice(deadline);
     if (ms == 0) break;
-    /* Nothing yet: ask the peers for doorbells, re-check, sleep. */
+    /* Nothing yet. A peer running on the other core answers within
+     * microseconds: look at the rings for R2SOCK_SPIN_US before paying for
+     * a doorbell and a sleep. */
+    if (spin_rings(cs, fds, orig, n)) continue;
+    /* Still nothing: ask the peers for doorbells, re-check, sleep. */
     bool ready = false;
     for (nfds_t i = 0; i < n && !ready; i++)
       if (cs[i] && (r2s__link_arm(cs[i]->link, fds[i].fd, orig[i]) & orig[i])) ready = true;
@@ -119,8 +156,11 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
       rc = kernel_poll(fds, n, ms, mask);
       if (rc == 0 && ms == SLICE_MS) R2S_STAT_INC(waits_slice_expired);
     }
-    for (nfds_t i = 0; i < n; i++)
-      if (cs[i]) r2s__link_unarm(cs[i]->link, orig[i]);
+    for (nfds_t i = 0; i < n; i++) {
+      if (!cs[i]) continue;
+      r2s__link_unarm(cs[i]->link, orig[i]);
+      if (rc > 0 && fds[i].revents) r2s__link_pump_due(cs[i]->link);
+    }
     if (rc < 0) break;
   }
   for (nfds_t i = 0; i < n; i++) fds[i].events = orig[i];

@@ -85,7 +85,11 @@ ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t sk
   }
   if (done) {
     r->tail += done;
-    __atomic_store_n(&r->ctl->tail, r->tail, __ATOMIC_RELEASE);
+    /* A read-modify-write, not a plain store: it is also the full barrier
+     * between publishing the bytes and reading consumer_sleeping that the
+     * wake-up protocol needs (one locked instruction instead of a store
+     * and a fence). */
+    (void)__atomic_exchange_n(&r->ctl->tail, r->tail, __ATOMIC_SEQ_CST);
   }
   return (ssize_t)done;
 }
@@ -103,7 +107,8 @@ ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t ma
   }
   if (done && !peek) {
     r->head += done;
-    __atomic_store_n(&r->ctl->head, r->head, __ATOMIC_RELEASE);
+    /* Full barrier before producer_sleeping is read, as in put. */
+    (void)__atomic_exchange_n(&r->ctl->head, r->head, __ATOMIC_SEQ_CST);
   }
   return (ssize_t)done;
 }

@@ -20,7 +20,8 @@
  *    to sleep sets its word, then re-checks the ring; the other side, after
  *    publishing, reads the word and rings the doorbell if it is set
  *    (sequentially consistent on both sides, so one of them always sees the
- *    other).
+ *    other). put and get publish their index with a sequentially
+ *    consistent read-modify-write, which is that barrier on their side.
  *  - r2s_ring_t is the local, private view; only *ctl and *data are shared.
  */
 #ifndef R2S_RING_H

@@ -55,10 +55,11 @@ static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
   int64_t spin_end = now_ns() + (int64_t)r2s__opt.spin_us * 1000;
   /* Spin on shared memory first: a peer running on another core answers in
    * well under a microsecond, far below the cost of sleeping. */
-  while (now_ns() < spin_end) {
+  for (unsigned spins = 1;; spins++) {
     short rev = r2s__link_poll(l, fd, events, &owned);
     if ((rev & owned & events) || !(owned & events)) break;
     __builtin_ia32_pause();
+    if ((spins & 31) == 0 && now_ns() >= spin_end) break;
   }
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {
@@ -84,6 +85,7 @@ static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
   R2S_STAT_INC(waits_sleep);
   int rc = r2s__libc.poll(&p, 1, ms);
   int err = rc < 0 ? errno : 0;
+  if (rc > 0) r2s__link_pump_due(l);
   if (rc == 0 && ms == SLEEP_CAP_MS) R2S_STAT_INC(waits_slice_expired);
   r2s__link_unarm(l, events);
   if (err == EINTR) return -EINTR;

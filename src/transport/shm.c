@@ -204,31 +204,18 @@ static void shm_sleep_tx(r2s_tp_state_t *st, bool on)
   __atomic_store_n(&st->peer.ctl->producer_sleeping, on, __ATOMIC_SEQ_CST);
 }
 
-/* A full barrier. TSan does not model fences, so its builds use a
- * sequentially consistent read-modify-write instead (a full barrier on
- * every CPU this builds for, and one TSan understands). */
-static inline void full_barrier(void)
-{
-#ifdef R2S_TSAN
-  static int dummy;
-  __atomic_fetch_add(&dummy, 0, __ATOMIC_SEQ_CST);
-#else
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-#endif
-}
-
+/* No fence here: the put or get just before was a sequentially consistent
+ * read-modify-write (ring.c), ordered before this load. */
 static bool shm_take_peer_rx_sleeper(r2s_tp_state_t *st)
 {
-  full_barrier();
   uint32_t *w = &st->peer.ctl->consumer_sleeping;
-  return __atomic_load_n(w, __ATOMIC_RELAXED) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(w, __ATOMIC_SEQ_CST) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
 }
 
 static bool shm_take_peer_tx_sleeper(r2s_tp_state_t *st)
 {
-  full_barrier();
   uint32_t *w = &st->own.ctl->producer_sleeping;
-  return __atomic_load_n(w, __ATOMIC_RELAXED) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(w, __ATOMIC_SEQ_CST) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
 }
 
 static bool shm_peer_tx_closed(r2s_tp_state_t *st)
