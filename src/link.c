@@ -31,6 +31,17 @@ _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at
 
 static void pump_from_sender(r2s_link_t *l, int fd);
 
+/* The transport is chosen by the send side (switch_tx, under tx_lock) and
+ * used by both: published once, read with acquire loads. */
+static inline const r2s_transport_t *TP(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->tp, __ATOMIC_ACQUIRE);
+}
+static inline r2s_tp_state_t *TPS(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->tps, __ATOMIC_ACQUIRE);
+}
+
 /* ---- kernel calls, nonblocking, returning -errno ---- */
 
 static ssize_t k_send(int fd, const void *buf, size_t len, int flags)
@@ -205,7 +216,7 @@ void r2s__link_free(r2s_link_t *l)
 {
   if (!__atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE))
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
-  if (l->tps) l->tp->release(l->tps);
+  if (TPS(l)) TP(l)->release(TPS(l));
   free(l->rx_ctrl);
   pthread_mutex_destroy(&l->rx_lock);
   pthread_mutex_destroy(&l->tx_lock);
@@ -214,12 +225,12 @@ void r2s__link_free(r2s_link_t *l)
 
 int r2s__link_rx_path(const r2s_link_t *l)
 {
-  return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING ? l->tp->path : R2S_PATH_TCP;
+  return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING ? TP(l)->path : R2S_PATH_TCP;
 }
 
 int r2s__link_tx_path(const r2s_link_t *l)
 {
-  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING ? l->tp->path : R2S_PATH_TCP;
+  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING ? TP(l)->path : R2S_PATH_TCP;
 }
 
 int r2s__link_reason(const r2s_link_t *l)
@@ -227,14 +238,14 @@ int r2s__link_reason(const r2s_link_t *l)
   if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
   if (l->failed) return R2S_REASON_FAILED;
   if (l->tcp_reason) return l->tcp_reason;
-  return l->peer_shim ? R2S_REASON_UNFINISHED : R2S_REASON_NO_PEER_YET;
+  return __atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) ? R2S_REASON_UNFINISHED : R2S_REASON_NO_PEER_YET;
 }
 
 /* The first direction of the connection entered a ring. */
 static void mark_upgraded(r2s_link_t *l)
 {
   if (__atomic_exchange_n(&l->upgraded, 1, __ATOMIC_ACQ_REL) == 0 && l->on_upgrade)
-    l->on_upgrade(l->on_upgrade_arg, l->tp->path);
+    l->on_upgrade(l->on_upgrade_arg, TP(l)->path);
 }
 
 /* ---- send side: control bytes ---- */
@@ -351,8 +362,8 @@ static int switch_tx(r2s_link_t *l, int fd)
     tp->release(st);
     return n < 0 ? (int)n : -EAGAIN;
   }
-  l->tp = tp;
-  l->tps = st;
+  __atomic_store_n(&l->tps, st, __ATOMIC_RELEASE);
+  __atomic_store_n(&l->tp, tp, __ATOMIC_RELEASE);
   queue_ctrl(l, frame, (size_t)len);
   set_tx(l, R2S_TX_FRAMES);
   /* From now on this direction of TCP carries the shim's frames, doorbells
@@ -371,18 +382,18 @@ static int switch_tx(r2s_link_t *l, int fd)
  * ring: a RING frame tells the peer where its reading continues. */
 static void try_ring_tx(r2s_link_t *l, int fd)
 {
-  if (l->tx_state != R2S_TX_FRAMES || !l->have_peer_hs || l->tx_data_left || l->no_ring) return;
+  if (l->tx_state != R2S_TX_FRAMES || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) || l->tx_data_left || l->no_ring) return;
   r2s_hostid_t me;
   r2s_handshake_t mine;
   memset(&mine, 0, sizeof mine);
   if (r2s__hostid(&me) == 0) memcpy(mine.boot_id, me.boot_id, 16), mine.netns = me.netns;
-  if (!l->tp->reaches(&mine, &l->peer_hs)) { /* another host: DATA frames over TCP */
+  if (!TP(l)->reaches(&mine, &l->peer_hs)) { /* another host: DATA frames over TCP */
     l->no_ring = true;
     l->tcp_reason = R2S_REASON_UNREACHABLE;
     send_decline_locked(l, fd, 1);
     return;
   }
-  int rc = l->tp->attach(l->tps, &l->peer_hs);
+  int rc = TP(l)->attach(TPS(l), &l->peer_hs);
   if (rc < 0) {
     r2s__debug("cannot attach the peer's ring (%s): staying on TCP frames", strerror(-rc));
     l->no_ring = true; /* do not try again */
@@ -398,7 +409,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
   set_tx(l, R2S_TX_RING);
   mark_upgraded(l);
   (void)flush_ctrl(l, fd);
-  r2s__debug("send direction now in the peer's %s ring", l->tp->name);
+  r2s__debug("send direction now in the peer's %s ring", TP(l)->name);
 }
 
 /* ---- receive side ---- */
@@ -421,11 +432,11 @@ void r2s__link_pump_due(r2s_link_t *l)
 
 static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
 {
-  if (l->have_peer_hs) return -EPROTO;
+  if (__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return -EPROTO;
   int rc = r2s__handshake_decode(p, len, &l->peer_hs);
   if (rc < 0) return rc;
-  l->have_peer_hs = true;
-  l->peer_shim = 1;
+  __atomic_store_n(&l->have_peer_hs, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
   /* rx_lock is held: taking tx_lock is in lock order. */
   pthread_mutex_lock(&l->tx_lock);
   if (l->tx_state == R2S_TX_PROBE && policy_allows_switch(l) && !l->closing) (void)switch_tx(l, fd);
@@ -472,11 +483,11 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
     return handle_handshake(l, fd, l->rx_ctrl, h->len);
   case R2S_FRAME_RING:
     l->peer_passed_mark = true;
-    if (!l->tps || r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0 || v != 0) return -EPROTO;
-    l->tp->seal(l->tps);
+    if (!TPS(l) || r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0 || v != 0) return -EPROTO;
+    TP(l)->seal(TPS(l));
     set_rx(l, R2S_RX_RING);
     mark_upgraded(l);
-    r2s__debug("receive direction now in our %s ring", l->tp->name);
+    r2s__debug("receive direction now in our %s ring", TP(l)->name);
     return RETRY;
   case R2S_FRAME_DECLINE:
     l->peer_passed_mark = true;
@@ -520,7 +531,7 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
     return RETRY;
   }
   if (urg >= 0 || urg == -EAGAIN) {
-    l->peer_shim = 1;
+    __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
     if (l->rx_state == R2S_RX_PROBE) set_rx(l, R2S_RX_PREMARK);
   }
   if (mark) {
@@ -600,7 +611,7 @@ static int pump_control(r2s_link_t *l, int fd)
  * doorbell. rx_lock held; tx_lock in order. */
 static void credit_wakeup(r2s_link_t *l, int fd)
 {
-  if (!l->tp->take_peer_tx_sleeper(l->tps)) return;
+  if (!TP(l)->take_peer_tx_sleeper(TPS(l))) return;
   pthread_mutex_lock(&l->tx_lock);
   send_doorbell_locked(l, fd);
   pthread_mutex_unlock(&l->tx_lock);
@@ -611,7 +622,7 @@ static void credit_wakeup(r2s_link_t *l, int fd)
 static bool ring_ends_here(r2s_link_t *l, size_t *want)
 {
   if (!l->rx_plain_pending) return false;
-  uint64_t consumed = l->tp->consumed(l->tps);
+  uint64_t consumed = TP(l)->consumed(TPS(l));
   if (consumed >= l->rx_plain_at) {
     set_rx(l, R2S_RX_PLAIN);
     settle_plain(l);
@@ -627,15 +638,15 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   size_t want = iov_total(iov, cnt);
   for (int pass = 0; pass < 2; pass++) {
     if (ring_ends_here(l, &want)) return RETRY;
-    ssize_t n = l->tp->get(l->tps, iov, cnt, want, peek);
+    ssize_t n = TP(l)->get(TPS(l), iov, cnt, want, peek);
     if (n > 0) {
       if (!peek) credit_wakeup(l, fd);
       return n;
     }
     if (n < 0) return n;
-    if (l->tp->peer_tx_closed(l->tps) || l->rx_eof) {
+    if (TP(l)->peer_tx_closed(TPS(l)) || l->rx_eof) {
       /* End of stream only once the ring is empty after seeing it. */
-      n = l->tp->get(l->tps, iov, cnt, want, peek);
+      n = TP(l)->get(TPS(l), iov, cnt, want, peek);
       return n == 0 && l->rx_err ? l->rx_err : n;
     }
     if (pass == 0 && pump_is_due(l)) {
@@ -700,7 +711,7 @@ static void pump_from_sender(r2s_link_t *l, int fd)
   if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
     /* At the switch mark with nothing in front of it? */
     if (at_mark(fd) == 1 && urgent_peek(fd) == R2S_SWITCH_BYTE) {
-      l->peer_shim = 1;
+      __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
       set_rx(l, R2S_RX_FRAMES);
       st = R2S_RX_FRAMES;
     }
@@ -788,12 +799,12 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     switch (l->tx_state) {
     case R2S_TX_PROBE:
-      if (!l->peer_shim && ++l->tx_writes >= l->tx_probe_at) {
+      if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         int urg = urgent_peek(fd);
-        if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN) l->peer_shim = 1;
+        if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN) __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at *= 2;
       }
-      if (l->peer_shim && policy_allows_switch(l) && switch_tx(l, fd) == 0) {
+      if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && policy_allows_switch(l) && switch_tx(l, fd) == 0) {
         l->tx_writes = 0, l->tx_probe_at = 1;
         continue;
       }
@@ -812,7 +823,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       }
       /* The peer's handshake may be waiting unread on our side. Looked for
        * at doubling intervals, so a peer that never sends one costs little. */
-      if (!l->have_peer_hs && ++l->tx_writes >= l->tx_probe_at) {
+      if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         l->tx_probe_at *= 2;
         pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
         pump_from_sender(l, fd);
@@ -830,9 +841,9 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         n = rc;
         break;
       }
-      n = l->tp->put(l->tps, iov, cnt, 0, iov_total(iov, cnt));
+      n = TP(l)->put(TPS(l), iov, cnt, 0, iov_total(iov, cnt));
       if (n == 0) n = -EAGAIN;
-      if (n > 0 && l->tp->take_peer_rx_sleeper(l->tps)) send_doorbell_locked(l, fd);
+      if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
       if (n == -EPROTO) fail(l, (int)n, "the peer broke its ring");
       break;
     }
@@ -928,7 +939,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   }
   if (!rc) {
     uint8_t f[R2S_FRAME_HDR_LEN + 8];
-    uint64_t at = l->tx_state == R2S_TX_RING ? l->tp->produced(l->tps) : 0;
+    uint64_t at = l->tx_state == R2S_TX_RING ? TP(l)->produced(TPS(l)) : 0;
     r2s__frame_u64_encode(R2S_FRAME_PLAIN, at, f, sizeof f);
     rc = queue_ctrl(l, f, sizeof f);
   }
@@ -972,7 +983,7 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
         pthread_mutex_unlock(&l->rx_lock);
         pump_from_sender(l, fd); /* control frames up to the next DATA header */
         pthread_mutex_lock(&l->rx_lock);
-      } else if (l->rx_state == R2S_RX_RING && l->tp->avail(l->tps) == 0 && pump_is_due(l)) {
+      } else if (l->rx_state == R2S_RX_RING && TP(l)->avail(TPS(l)) == 0 && pump_is_due(l)) {
         int rc = pump_control(l, fd);
         if (rc < 0) fail(l, rc, "bad frame from the peer");
       }
@@ -981,7 +992,7 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
       else if (l->rx_shut || l->rx_eof)
         rev |= POLLIN | (l->rx_err ? POLLERR : 0);
       else if (l->rx_state == R2S_RX_RING)
-        rev |= (l->tp->avail(l->tps) != 0 || l->tp->peer_tx_closed(l->tps)) ? POLLIN : 0;
+        rev |= (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))) ? POLLIN : 0;
       else if (l->rx_data_left) {
         int q = 0;
         if (r2s__libc.ioctl(fd, FIONREAD, &q) == 0 && q > 0) rev |= POLLIN;
@@ -990,12 +1001,12 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
     } else {
       /* Another thread is reading: report what the ring says; if it is
        * empty the reader will consume any doorbell. */
-      if (rx == R2S_RX_RING && l->tp->avail(l->tps) != 0) rev |= POLLIN;
+      if (rx == R2S_RX_RING && TP(l)->avail(TPS(l)) != 0) rev |= POLLIN;
     }
   }
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
     *owned |= POLLOUT;
-    ssize_t sp = l->tp->space(l->tps);
+    ssize_t sp = TP(l)->space(TPS(l));
     if (sp != 0) rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
   }
   return rev;
@@ -1005,10 +1016,10 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
 {
   short rev = 0;
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
-      (l->tp->avail(l->tps) != 0 || l->tp->peer_tx_closed(l->tps)))
+      (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))))
     rev |= POLLIN;
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
-      l->tp->space(l->tps) != 0)
+      TP(l)->space(TPS(l)) != 0)
     rev |= POLLOUT;
   return rev;
 }
@@ -1018,9 +1029,9 @@ short r2s__link_arm(r2s_link_t *l, int fd, short events)
   short owned, rev = 0;
   r2s__link_pump_due(l); /* a doorbell may come: look at the socket again */
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
-    l->tp->sleep_rx(l->tps, true);
+    TP(l)->sleep_rx(TPS(l), true);
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
-    l->tp->sleep_tx(l->tps, true);
+    TP(l)->sleep_tx(TPS(l), true);
   /* Re-check after the flags are visible: a producer that published before
    * seeing them will not ring, so its bytes must be found now. */
   rev = r2s__link_poll(l, fd, events, &owned);
@@ -1029,10 +1040,10 @@ short r2s__link_arm(r2s_link_t *l, int fd, short events)
 
 void r2s__link_unarm(r2s_link_t *l, short events)
 {
-  if ((events & POLLIN) && l->tps && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
-    l->tp->sleep_rx(l->tps, false);
-  if ((events & POLLOUT) && l->tps && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
-    l->tp->sleep_tx(l->tps, false);
+  if ((events & POLLIN) && TPS(l) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
+    TP(l)->sleep_rx(TPS(l), false);
+  if ((events & POLLOUT) && TPS(l) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
+    TP(l)->sleep_tx(TPS(l), false);
 }
 
 ssize_t r2s__link_readable(r2s_link_t *l, int fd)
@@ -1041,7 +1052,7 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd)
   ssize_t n;
   pthread_mutex_lock(&l->rx_lock);
   if (l->rx_state == R2S_RX_RING) {
-    n = l->tp->avail(l->tps);
+    n = TP(l)->avail(TPS(l));
   } else if (r2s__libc.ioctl(fd, FIONREAD, &q) < 0) {
     n = -errno;
   } else if (l->rx_state == R2S_RX_FRAMES) {
@@ -1066,8 +1077,8 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
     pthread_mutex_lock(&l->tx_lock);
     (void)flush_ctrl(l, fd);
     if (l->tx_state == R2S_TX_RING) {
-      l->tp->close_tx(l->tps);
-      if (l->tp->take_peer_rx_sleeper(l->tps)) send_doorbell_locked(l, fd);
+      TP(l)->close_tx(TPS(l));
+      if (TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
     }
     l->tx_shut = true;
     pthread_mutex_unlock(&l->tx_lock);
