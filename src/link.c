@@ -102,6 +102,17 @@ static int urgent_peek(int fd)
   return n == 1 ? c : -errno;
 }
 
+/* When the send side looks for the peer's hello (or handshake) next: at
+ * every write at first, then at doubling intervals capped at 64 writes, so
+ * a plain peer costs one extra system call per 64 writes at most, and bytes
+ * sent before a shim peer is noticed stay few. */
+static uint64_t next_probe(uint64_t writes)
+{
+  if (writes < 16) return writes + 1;
+  uint64_t step = writes < 64 ? writes : 64;
+  return writes + step;
+}
+
 /* ---- state ---- */
 
 static void set_rx(r2s_link_t *l, int s)
@@ -802,7 +813,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         int urg = urgent_peek(fd);
         if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN) __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
-        l->tx_probe_at *= 2;
+        l->tx_probe_at = next_probe(l->tx_writes);
       }
       if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && policy_allows_switch(l) && switch_tx(l, fd) == 0) {
         l->tx_writes = 0, l->tx_probe_at = 1;
@@ -824,7 +835,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       /* The peer's handshake may be waiting unread on our side. Looked for
        * at doubling intervals, so a peer that never sends one costs little. */
       if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
-        l->tx_probe_at *= 2;
+        l->tx_probe_at = next_probe(l->tx_writes);
         pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
         pump_from_sender(l, fd);
         pthread_mutex_lock(&l->tx_lock);
