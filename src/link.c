@@ -30,6 +30,7 @@ _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at
 #define RETRY (-100000)
 
 static void pump_from_sender(r2s_link_t *l, int fd);
+static void check_peer_alive(r2s_link_t *l, int fd);
 
 /* The transport is chosen by the send side (switch_tx, under tx_lock) and
  * used by both: published once, read with acquire loads. */
@@ -543,7 +544,16 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
   }
   if (urg >= 0 || urg == -EAGAIN) {
     __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
-    if (l->rx_state == R2S_RX_PROBE) set_rx(l, R2S_RX_PREMARK);
+    if (l->rx_state == R2S_RX_PROBE) {
+      set_rx(l, R2S_RX_PREMARK);
+      /* A receiver need not wait for its next write to offer its ring: the
+       * peer may be about to send it a large response (rx_lock held, tx_lock
+       * in lock order). */
+      pthread_mutex_lock(&l->tx_lock);
+      if (l->tx_state == R2S_TX_PROBE && policy_allows_switch(l) && !l->closing && switch_tx(l, fd) == 0)
+        l->tx_writes = 0, l->tx_probe_at = 1;
+      pthread_mutex_unlock(&l->tx_lock);
+    }
   }
   if (mark) {
     if (urg == R2S_SWITCH_BYTE) {
@@ -853,7 +863,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         break;
       }
       n = TP(l)->put(TPS(l), iov, cnt, 0, iov_total(iov, cnt));
-      if (n == 0) n = -EAGAIN;
+      if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
       if (n == -EPROTO) fail(l, (int)n, "the peer broke its ring");
       break;
@@ -1018,9 +1028,35 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
     *owned |= POLLOUT;
     ssize_t sp = TP(l)->space(TPS(l));
-    if (sp != 0) rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
+    if (sp == 0) check_peer_alive(l, fd);
+    if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) rev |= POLLOUT | POLLERR;
+    else if (sp != 0) rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
   }
   return rev;
+}
+
+/* Our ring to the peer is full. A live peer frees room; a dead one never
+ * will, and shared memory cannot tell the two apart. TCP can: once the
+ * peer's end of stream has come, a frame we send to a closed socket is
+ * answered with a reset, which the kernel reports as POLLERR/POLLHUP;
+ * a peer that only shut down writing just reads the frame. */
+static void check_peer_alive(r2s_link_t *l, int fd)
+{
+  if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return;
+  if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+    int st = l->rx_state;
+    if (st == R2S_RX_RING && pump_is_due(l) && pump_control(l, fd) < 0) l->failed = -ECONNRESET;
+    pthread_mutex_unlock(&l->rx_lock);
+  }
+  struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+  if (r2s__libc.poll(&p, 1, 0) < 0) return;
+  if (p.revents & (POLLERR | POLLHUP)) {
+    __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
+  } else if ((p.revents & POLLRDHUP) && !l->eof_probed && pthread_mutex_trylock(&l->tx_lock) == 0) {
+    l->eof_probed = true;
+    send_doorbell_locked(l, fd);
+    pthread_mutex_unlock(&l->tx_lock);
+  }
 }
 
 short r2s__link_poll_ring(r2s_link_t *l, short events)

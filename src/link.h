@@ -63,6 +63,8 @@ struct r2s_link_s {
   bool closing;                        /* the last fd is being closed: no new switch */
   int pump_due;      /* atomic: TCP may hold frames for us (see pump_is_due) */
   uint32_t idle_looks;
+  int peer_gone;     /* atomic: the peer's socket answered with a reset */
+  bool eof_probed;   /* a frame went out to test a peer that sent its FIN */
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
 

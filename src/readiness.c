@@ -379,6 +379,7 @@ static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
           events = 0;
         } else {
           short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+          r2s__link_pump_due(c->link); /* the kernel saw bytes: frames to read */
           short rev = r2s__link_poll(c->link, e->fd, want, &owned);
           events = (events & ~(uint32_t)owned) | ((uint32_t)(rev & owned) & e->events);
           if (events) e->round = r->round;
