@@ -1180,6 +1180,11 @@ void r2s__link_close(r2s_link_t *l, int fd)
   /* The peer's hello or frames may still be on their way to us: an orderly
    * close in the background (reaper.h). Unless the application left its
    * own bytes unread: then the kernel's reset is what TCP does. */
+  /* While the peer's bytes come through the ring, whatever TCP still holds
+   * (or brings between the drain above and now) is frames; otherwise
+   * unread bytes may be the application's. */
   int unread = 0;
-  if (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0 && !l->failed) (void)r2s__reaper_adopt(fd);
+  bool ring_only = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING && !l->rx_plain_pending;
+  if (!l->failed && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0)))
+    (void)r2s__reaper_adopt(fd);
 }
