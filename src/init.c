@@ -18,6 +18,7 @@
 #include "options.h"
 #include "reaper.h"
 #include "stats.h"
+#include "transport.h"
 
 int r2s__ready;
 __thread int r2s__in_shim;
@@ -118,6 +119,7 @@ __attribute__((destructor)) static void r2s_destructor(void)
 {
   if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) return;
   r2s__reaper_wait(1000);
+  r2s__shm_exit();
   if (r2s__opt.stats || r2s__log_level >= R2S_LOG_INFO) r2s__conn_fold_live();
   if (!r2s__opt.stats) return;
   r2s_stats_t s;

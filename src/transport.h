@@ -78,4 +78,7 @@ typedef struct r2s_transport_s {
 
 extern const r2s_transport_t r2s__transport_shm;
 
+/* At process exit: removes ring names whose creator died (shm.c). */
+void r2s__shm_exit(void);
+
 #endif

@@ -67,10 +67,20 @@ static void sweep_orphans(void)
   closedir(d);
 }
 
+static int used_shm; /* this process made or mapped a ring: sweep at exit too */
+
+void r2s__shm_exit(void)
+{
+  /* A peer killed between making its ring and our mapping it leaves the
+   * name behind; the survivor is the one left to clean up. */
+  if (__atomic_load_n(&used_shm, __ATOMIC_ACQUIRE)) sweep_orphans();
+}
+
 static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs)
 {
   static pthread_once_t swept = PTHREAD_ONCE_INIT;
   pthread_once(&swept, sweep_orphans);
+  __atomic_store_n(&used_shm, 1, __ATOMIC_RELEASE);
   uint64_t size = r2s__opt.ring_size;
   r2s_tp_state_t *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
