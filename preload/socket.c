@@ -13,29 +13,6 @@
 #include "stats.h"
 #include "wrap.h"
 
-static int is_tcp(int domain, int type, int protocol)
-{
-  return (domain == AF_INET || domain == AF_INET6) &&
-         (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM &&
-         (protocol == 0 || protocol == IPPROTO_TCP);
-}
-
-static int sockopt_int(int fd, int name)
-{
-  int v = -1;
-  socklen_t len = sizeof v;
-  return r2s__libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) == 0 ? v : -1;
-}
-
-/* A socket the shim did not see being made (inherited, or made before the
- * shim was loaded by dlopen): is it TCP? Two syscalls, only on connect and
- * accept of untracked sockets. */
-static int fd_is_tcp(int fd, int *domain)
-{
-  *domain = sockopt_int(fd, SO_DOMAIN);
-  return is_tcp(*domain, sockopt_int(fd, SO_TYPE), sockopt_int(fd, SO_PROTOCOL));
-}
-
 /* Starts tracking fd; the table's slot keeps the only reference. */
 static r2s_conn_t *track(int fd, int domain, r2s_role_t role, int nonblock)
 {
@@ -53,7 +30,7 @@ R2S_EXPORT int socket(int domain, int type, int protocol)
 {
   r2s__ensure_init();
   int fd = r2s__libc.socket(domain, type, protocol);
-  if (fd < 0 || r2s__in_shim || !is_tcp(domain, type, protocol)) return fd;
+  if (fd < 0 || r2s__in_shim || !r2s__is_tcp(domain, type, protocol)) return fd;
   int saved = errno;
   r2s_conn_t *c = track(fd, domain, R2S_ROLE_SOCKET, type & SOCK_NONBLOCK);
   if (c) r2s__conn_put(c);
@@ -68,7 +45,7 @@ R2S_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
   int err = errno;
   if (rc == 0 || err == EINPROGRESS) {
     int domain;
-    if (!c && !r2s__in_shim && fd_is_tcp(fd, &domain)) {
+    if (!c && !r2s__in_shim && (domain = r2s__fd_tcp_domain(fd)) >= 0) {
       c = track(fd, domain, R2S_ROLE_CLIENT, (r2s__libc.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
       if (c) R2S_STAT_INC(sockets_adopted);
     }
@@ -89,7 +66,7 @@ static void accepted(r2s_conn_t *listener, int fd, int flags)
 {
   int saved = errno;
   int domain = listener ? listener->domain : -1;
-  if (listener || (!r2s__in_shim && fd_is_tcp(fd, &domain))) {
+  if (listener || (!r2s__in_shim && (domain = r2s__fd_tcp_domain(fd)) >= 0)) {
     r2s_conn_t *c = track(fd, domain, R2S_ROLE_SERVER, flags & SOCK_NONBLOCK);
     if (c) {
       /* Accepted sockets inherit the listener's SO_OOBINLINE. */

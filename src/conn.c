@@ -66,6 +66,26 @@ static void classify(r2s_conn_t *c)
     r2s__stat_add(reason_stats[why], 1);
 }
 
+bool r2s__is_tcp(int domain, int type, int protocol)
+{
+  return (domain == AF_INET || domain == AF_INET6) &&
+         (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM &&
+         (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+int r2s__sockopt_int(int fd, int name)
+{
+  int v = -1;
+  socklen_t len = sizeof v;
+  return r2s__libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) == 0 ? v : -1;
+}
+
+int r2s__fd_tcp_domain(int fd)
+{
+  int domain = r2s__sockopt_int(fd, SO_DOMAIN);
+  return r2s__is_tcp(domain, r2s__sockopt_int(fd, SO_TYPE), r2s__sockopt_int(fd, SO_PROTOCOL)) ? domain : -1;
+}
+
 /* Refills the free list with one slab; pool_lock held. Slabs are never
  * unmapped: that is what keeps the objects type-stable. */
 static int grow_pool(void)

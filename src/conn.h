@@ -85,6 +85,17 @@ struct r2s_conn_s {
   r2s_conn_t *live_prev, *live_next;   /* the pool's list of live objects */
 };
 
+/* True for the arguments of socket() that make a TCP socket. */
+bool r2s__is_tcp(int domain, int type, int protocol);
+
+/* The kernel's view of a socket the shim did not see being made
+ * (inherited, or made before the shim was loaded): its domain if it is a
+ * TCP socket, else -1. Three getsockopt calls. */
+int r2s__fd_tcp_domain(int fd);
+
+/* getsockopt(SOL_SOCKET, name) as an int, or -1. */
+int r2s__sockopt_int(int fd, int name);
+
 /* A new connection object with one reference, or NULL when out of memory
  * (the socket then simply goes untracked: plain TCP). */
 r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd);

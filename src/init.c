@@ -44,13 +44,6 @@ static void fork_child(void)
   r2s__stats_reset(); /* the child's account starts empty */
 }
 
-static int sockopt_int(int fd, int level, int name)
-{
-  int v = -1;
-  socklen_t len = sizeof v;
-  return r2s__libc.getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
-}
-
 /* TCP sockets that came through exec (a forking server that execs its
  * worker, socket activation): track them like our own, on TCP. */
 static void adopt_inherited_sockets(void)
@@ -65,12 +58,9 @@ static void adopt_inherited_sockets(void)
     if (*end != '\0' || e->d_name[0] == '\0' || fd == self || fd < 0) continue;
     struct stat st;
     if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode)) continue;
-    int domain = sockopt_int((int)fd, SOL_SOCKET, SO_DOMAIN);
-    if ((domain != AF_INET && domain != AF_INET6) ||
-        sockopt_int((int)fd, SOL_SOCKET, SO_TYPE) != SOCK_STREAM ||
-        sockopt_int((int)fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP)
-      continue;
-    bool listening = sockopt_int((int)fd, SOL_SOCKET, SO_ACCEPTCONN) == 1;
+    int domain = r2s__fd_tcp_domain((int)fd);
+    if (domain < 0) continue;
+    bool listening = r2s__sockopt_int((int)fd, SO_ACCEPTCONN) == 1;
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;
     bool connected = !listening && r2s__libc.getpeername((int)fd, (struct sockaddr *)&peer, &plen) == 0;

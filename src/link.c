@@ -164,24 +164,34 @@ static void peer_is_plain(r2s_link_t *l, int fd, int reason)
   settle_plain(l);
 }
 
+/* A link in the given states, counted as active; NULL without memory. */
+static r2s_link_t *link_new(int rx_state, int tx_state)
+{
+  r2s_link_t *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  pthread_mutex_init(&l->rx_lock, NULL);
+  pthread_mutex_init(&l->tx_lock, NULL);
+  l->rx_state = rx_state;
+  l->tx_state = tx_state;
+  l->tx_probe_at = 1;
+  l->pump_due = 1;
+  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
+  return l;
+}
+
 r2s_link_t *r2s__link_start(int fd)
 {
   static const unsigned char hello = R2S_HELLO_BYTE;
   if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
-  r2s_link_t *l = calloc(1, sizeof *l);
+  /* The link exists before the hello leaves: a peer that hears it may
+   * switch, and then someone must be watching for its mark. */
+  r2s_link_t *l = link_new(R2S_RX_PROBE, R2S_TX_PROBE);
   if (!l) return NULL;
   if (k_send(fd, &hello, 1, MSG_OOB) != 1) {
-    free(l);
+    r2s__link_free(l);
     return NULL;
   }
-  pthread_mutex_init(&l->rx_lock, NULL);
-  pthread_mutex_init(&l->tx_lock, NULL);
-  l->rx_state = R2S_RX_PROBE;
-  l->tx_state = R2S_TX_PROBE;
-  l->tx_probe_at = 1;
-  l->pump_due = 1;
   l->peer_shim = r2s__opt.peer_shim;
-  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
   return l;
 }
 
@@ -193,34 +203,24 @@ r2s_link_t *r2s__link_start_inline(int fd)
    * soon as the receive direction settles on plain TCP. */
   int off = 0;
   if (r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &off, sizeof off) < 0) return NULL;
-  r2s_link_t *l = calloc(1, sizeof *l);
+  r2s_link_t *l = link_new(R2S_RX_PROBE, R2S_TX_PLAIN);
   if (!l) return NULL;
-  pthread_mutex_init(&l->rx_lock, NULL);
-  pthread_mutex_init(&l->tx_lock, NULL);
-  l->rx_state = R2S_RX_PROBE;
-  l->tx_state = R2S_TX_PLAIN;
   l->app_oob = true;
   l->app_oobinline = true;
   l->tcp_reason = R2S_REASON_APP_OOB;
-  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
   return l;
 }
 
 r2s_link_t *r2s__link_adopt(void)
 {
   if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
-  r2s_link_t *l = calloc(1, sizeof *l);
-  if (!l) return NULL;
-  pthread_mutex_init(&l->rx_lock, NULL);
-  pthread_mutex_init(&l->tx_lock, NULL);
   /* The process that made the connection may have read the hello and may
    * have told the peer to switch: watch for the mark for good, and never
    * switch ourselves (its handshake state went with the old image). */
-  l->rx_state = R2S_RX_PREMARK;
+  r2s_link_t *l = link_new(R2S_RX_PREMARK, R2S_TX_PLAIN);
+  if (!l) return NULL;
   l->rx_consumed = 1;
-  l->tx_state = R2S_TX_PLAIN;
   l->tcp_reason = R2S_REASON_INHERITED;
-  __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
   return l;
 }
 
@@ -394,7 +394,9 @@ static int switch_tx(r2s_link_t *l, int fd)
  * ring: a RING frame tells the peer where its reading continues. */
 static void try_ring_tx(r2s_link_t *l, int fd)
 {
-  if (l->tx_state != R2S_TX_FRAMES || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) || l->tx_data_left || l->no_ring) return;
+  if (l->tx_state != R2S_TX_FRAMES || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) ||
+      l->tx_data_left || l->no_ring)
+    return;
   r2s_hostid_t me;
   r2s_handshake_t mine;
   memset(&mine, 0, sizeof mine);
@@ -822,10 +824,12 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     case R2S_TX_PROBE:
       if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         int urg = urgent_peek(fd);
-        if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN) __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
+        if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN)
+          __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at = next_probe(l->tx_writes);
       }
-      if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && policy_allows_switch(l) && switch_tx(l, fd) == 0) {
+      if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && policy_allows_switch(l) &&
+          switch_tx(l, fd) == 0) {
         l->tx_writes = 0, l->tx_probe_at = 1;
         continue;
       }
@@ -1029,8 +1033,10 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
     *owned |= POLLOUT;
     ssize_t sp = TP(l)->space(TPS(l));
     if (sp == 0) check_peer_alive(l, fd);
-    if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) rev |= POLLOUT | POLLERR;
-    else if (sp != 0) rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
+    if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE))
+      rev |= POLLOUT | POLLERR;
+    else if (sp != 0)
+      rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
   }
   return rev;
 }

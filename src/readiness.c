@@ -76,7 +76,7 @@ static int64_t now_ns(void)
 }
 
 /* True as soon as a carried connection's ring can serve one of its events. */
-static bool spin_rings(r2s_conn_t **cs, const struct pollfd *fds, const short *orig, nfds_t n)
+static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
 {
   if (!r2s__opt.spin_us) return false;
   int64_t end = now_ns() + (int64_t)r2s__opt.spin_us * 1000;
@@ -87,7 +87,6 @@ static bool spin_rings(r2s_conn_t **cs, const struct pollfd *fds, const short *o
     /* The clock costs more than a look at the rings: read it now and then. */
     if ((spins & 31) == 0 && now_ns() >= end) break;
   }
-  (void)fds;
   return false;
 }
 
@@ -144,7 +143,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
     /* Nothing yet. A peer running on the other core answers within
      * microseconds: look at the rings for R2SOCK_SPIN_US before paying for
      * a doorbell and a sleep. */
-    if (spin_rings(cs, fds, orig, n)) continue;
+    if (spin_rings(cs, orig, n)) continue;
     /* Still nothing: ask the peers for doorbells, re-check, sleep. */
     bool ready = false;
     for (nfds_t i = 0; i < n && !ready; i++)
