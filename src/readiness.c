@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "fdtable.h"
 #include "libc.h"
@@ -22,9 +23,7 @@ unsigned r2s__links_active;
 
 static int64_t now_ms(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return r2s__now_ns() / 1000000;
 }
 
 /* Milliseconds to sleep in the next slice; deadline < 0: forever. */
@@ -68,24 +67,18 @@ static short kernel_events_for(r2s_conn_t *c, short want, short owned)
   return ev;
 }
 
-static int64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* True as soon as a carried connection's ring can serve one of its events. */
 static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
 {
   if (!r2s__opt.spin_us) return false;
-  int64_t end = now_ns() + (int64_t)r2s__opt.spin_us * 1000;
+  int64_t end = r2s__now_ns() + (int64_t)r2s__opt.spin_us * 1000;
   for (unsigned spins = 1;; spins++) {
     for (nfds_t i = 0; i < n; i++)
       if (cs[i] && r2s__link_poll_ring(cs[i]->link, orig[i])) return true;
     __builtin_ia32_pause();
     /* The clock costs more than a look at the rings: read it now and then. */
-    if ((spins & 31) == 0 && now_ns() >= end) break;
+    if ((spins & 31) == 0 && r2s__now_ns() >= end) break;
   }
   return false;
 }

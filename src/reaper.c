@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "init.h"
 #include "libc.h"
 
@@ -26,12 +27,6 @@ static struct {
 static int nreaped;
 static bool started;
 
-static long long now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Reads what is there; true once the socket is done (FIN, error). */
 static bool drain(int fd)
@@ -56,7 +51,7 @@ static void *reaper_main(void *arg)
     for (int i = 0; i < n; i++) p[i] = (struct pollfd){reaped[i].fd, POLLIN | POLLRDHUP, 0};
     pthread_mutex_unlock(&lock);
     (void)r2s__libc.poll(p, (nfds_t)n, 50);
-    long long t = now_ns();
+    long long t = r2s__now_ns();
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nreaped;) {
       int fd = reaped[i].fd;
@@ -92,7 +87,7 @@ int r2s__reaper_adopt(int fd)
   if (rc == 0 && nreaped == MAX_REAPED) rc = -EMFILE;
   if (rc == 0) {
     reaped[nreaped].fd = dup;
-    reaped[nreaped].deadline = now_ns() + LINGER_NS;
+    reaped[nreaped].deadline = r2s__now_ns() + LINGER_NS;
     nreaped++;
     pthread_cond_signal(&wake);
   }
@@ -119,9 +114,9 @@ void r2s__reaper_fork_child(void)
 
 void r2s__reaper_wait(int ms)
 {
-  long long end = now_ns() + (long long)ms * 1000000LL;
+  long long end = r2s__now_ns() + (long long)ms * 1000000LL;
   pthread_mutex_lock(&lock);
-  while (nreaped > 0 && started && now_ns() < end) {
+  while (nreaped > 0 && started && r2s__now_ns() < end) {
     pthread_mutex_unlock(&lock);
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "libc.h"
 #include "link.h"
 #include "options.h"
@@ -16,12 +17,6 @@
 
 #define SLEEP_CAP_MS 100
 
-static int64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* The iovec from byte `skip` on, in the caller's array `out`. */
 static int advance(struct iovec *out, const struct iovec *iov, int cnt, size_t skip)
@@ -52,14 +47,14 @@ static size_t total_len(const struct iovec *iov, int cnt)
 static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
 {
   short owned;
-  int64_t spin_end = now_ns() + (int64_t)r2s__opt.spin_us * 1000;
+  int64_t spin_end = r2s__now_ns() + (int64_t)r2s__opt.spin_us * 1000;
   /* Spin on shared memory first: a peer running on another core answers in
    * well under a microsecond, far below the cost of sleeping. */
   for (unsigned spins = 1;; spins++) {
     short rev = r2s__link_poll(l, fd, events, &owned);
     if ((rev & owned & events) || !(owned & events)) break;
     __builtin_ia32_pause();
-    if ((spins & 31) == 0 && now_ns() >= spin_end) break;
+    if ((spins & 31) == 0 && r2s__now_ns() >= spin_end) break;
   }
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {
@@ -68,7 +63,7 @@ static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
   }
   int ms = SLEEP_CAP_MS;
   if (deadline) {
-    int64_t left = deadline - now_ns();
+    int64_t left = deadline - r2s__now_ns();
     if (left <= 0) {
       r2s__link_unarm(l, events);
       return -EAGAIN;
@@ -94,7 +89,7 @@ static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
 
 static int64_t deadline_of(uint32_t timeout_ms)
 {
-  return timeout_ms ? now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+  return timeout_ms ? r2s__now_ns() + (int64_t)timeout_ms * 1000000 : 0;
 }
 
 static bool nonblocking(r2s_conn_t *c, int flags)
