@@ -36,7 +36,8 @@ enum {
   R2S_FRAME_FIN = 6,       /* no more bytes after ring offset u64 */
   R2S_FRAME_DECLINE = 7,   /* reason u64: keep using DATA frames */
   R2S_FRAME_PLAIN = 8,     /* after ring offset u64 this direction is plain TCP again */
-  R2S_FRAME_TYPE_MAX = 8
+  R2S_FRAME_READY = 9,     /* our end of the transport takes your writes now (RDMA) */
+  R2S_FRAME_TYPE_MAX = 9
 };
 
 #define R2S_FRAME_HDR_LEN  8

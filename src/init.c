@@ -108,6 +108,7 @@ __attribute__((constructor)) static void r2s_constructor(void)
 __attribute__((destructor)) static void r2s_destructor(void)
 {
   if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) return;
+  r2s__rdma_exit(1000);
   r2s__reaper_wait(1000);
   r2s__shm_exit();
   if (r2s__opt.stats || r2s__log_level >= R2S_LOG_INFO) r2s__conn_fold_live();

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -260,6 +261,15 @@ static void mark_upgraded(r2s_link_t *l)
     l->on_upgrade(l->on_upgrade_arg, TP(l)->path);
 }
 
+/* The send side waits for a frame from the peer (its HANDSHAKE, then its
+ * READY) that an application which never reads would never make us read:
+ * the sender looks for it itself. tx_lock held. */
+static bool awaits_peer_locked(const r2s_link_t *l)
+{
+  if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return true;
+  return !l->no_ring && TP(l) && TP(l)->needs_ready && !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
+}
+
 /* ---- send side: control bytes ---- */
 
 /* Queues control bytes behind anything still pending; tx_lock held. */
@@ -304,7 +314,98 @@ static void send_decline_locked(r2s_link_t *l, int fd, uint64_t why)
   if (l->tx_data_left == 0 && queue_ctrl(l, f, sizeof f) == 0) (void)flush_ctrl(l, fd);
 }
 
+/* Tells the peer our end of the transport takes its writes (RDMA: our
+ * queue pair is ready to receive), once no DATA frame is half sent. */
+static void send_ready_locked(r2s_link_t *l, int fd)
+{
+  uint8_t h[R2S_FRAME_HDR_LEN];
+  if (!l->ready_owed || l->tx_data_left) return;
+  r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_READY, 0);
+  if (queue_ctrl(l, h, sizeof h) == 0) {
+    l->ready_owed = false;
+    (void)flush_ctrl(l, fd);
+  }
+}
+
+/* Once we have both our transport state and the peer's handshake: set up
+ * our end for the peer's writes (transport.h), then say READY. tx_lock
+ * held. */
+static void connect_tp_locked(r2s_link_t *l, int fd)
+{
+  if (l->tp_connected || !TPS(l) || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) || l->no_ring) return;
+  l->tp_connected = true;
+  if (!TP(l)->connect) return;
+  int rc = TP(l)->connect(TPS(l), &l->peer_hs);
+  if (rc < 0) {
+    r2s__debug("cannot connect the %s transport to the peer (%s): staying on TCP frames", TP(l)->name,
+               strerror(-rc));
+    l->no_ring = true;
+    l->tcp_reason = rc == -ENOPROTOOPT ? R2S_REASON_UNREACHABLE : R2S_REASON_NO_RESOURCES;
+    send_decline_locked(l, fd, rc == -ENOPROTOOPT ? 1 : 2);
+    return;
+  }
+  l->ready_owed = true;
+  send_ready_locked(l, fd);
+}
+
+/* The progress thread of a transport asks for a DOORBELL (transport.h). */
+static void transport_wake(void *arg, int fd)
+{
+  r2s_link_t *l = arg;
+  pthread_mutex_lock(&l->tx_lock);
+  send_doorbell_locked(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+}
+
 /* ---- the switch of the send direction ---- */
+
+/* Is the peer's address one of this host's (in our network namespace)?
+ * Loopback is; otherwise the kernel tells: only a local address can be
+ * bound. */
+static bool peer_is_local(const struct sockaddr_storage *peer)
+{
+  if (peer->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) return true;
+  } else if (peer->ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)peer)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127)) return true;
+  } else {
+    return false;
+  }
+  int s = r2s__libc.socket(peer->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return true; /* cannot tell: shared memory at least stays on this host */
+  struct sockaddr_storage a = *peer;
+  if (a.ss_family == AF_INET)
+    ((struct sockaddr_in *)&a)->sin_port = 0;
+  else
+    ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+  socklen_t len = a.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+  bool local = r2s__libc.bind(s, (struct sockaddr *)&a, len) == 0;
+  r2s__libc.close(s);
+  return local;
+}
+
+/* R2SOCK_TRANSPORT, or by where the peer is: shared memory on this host,
+ * RDMA to another. Fills what the transport may know of the connection. */
+static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_conn_t *c)
+{
+  memset(c, 0, sizeof *c);
+  c->fd = fd;
+  c->wake = transport_wake;
+  c->arg = l;
+  socklen_t ll = sizeof c->local, pl = sizeof c->peer;
+  (void)r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &ll);
+  (void)r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &pl);
+  switch (r2s__opt.transport) {
+  case R2S_TRANSPORT_SHM:
+    return &r2s__transport_shm;
+  case R2S_TRANSPORT_RDMA:
+    return &r2s__transport_rdma;
+  default:
+    return peer_is_local(&c->peer) ? &r2s__transport_shm : &r2s__transport_rdma;
+  }
+}
 
 /* R2SOCK_UPGRADE: at once, or once the connection moved that many bytes
  * over plain TCP (short connections never pay for a ring). */
@@ -353,12 +454,13 @@ static int switch_tx(r2s_link_t *l, int fd)
     memcpy(hs.boot_id, me.boot_id, 16);
     hs.netns = me.netns;
   }
-  const r2s_transport_t *tp = &r2s__transport_shm;
+  r2s_tp_conn_t conn;
+  const r2s_transport_t *tp = choose_transport(l, fd, &conn);
   r2s_tp_state_t *st = NULL;
-  int rc = tp->offer(&st, &hs);
+  int rc = tp->offer(&st, &hs, &conn);
   if (rc < 0) {
-    r2s__debug("no shared-memory ring to offer (%s): sending over TCP", strerror(-rc));
-    l->tcp_reason = R2S_REASON_NO_RESOURCES;
+    r2s__debug("no %s ring to offer (%s): sending over TCP", tp->name, strerror(-rc));
+    l->tcp_reason = (rc == -ENODEV || rc == -ENOENT) ? R2S_REASON_NO_DEVICE : R2S_REASON_NO_RESOURCES;
     set_tx(l, R2S_TX_PLAIN);
     return rc;
   }
@@ -386,7 +488,8 @@ static int switch_tx(r2s_link_t *l, int fd)
   (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
   (void)flush_ctrl(l, fd);
-  r2s__debug("switched the send direction (handshake %d bytes)", len);
+  r2s__debug("switched the send direction (%s handshake, %d bytes)", tp->name, len);
+  connect_tp_locked(l, fd);
   return 0;
 }
 
@@ -394,9 +497,13 @@ static int switch_tx(r2s_link_t *l, int fd)
  * ring: a RING frame tells the peer where its reading continues. */
 static void try_ring_tx(r2s_link_t *l, int fd)
 {
+  send_ready_locked(l, fd);
   if (l->tx_state != R2S_TX_FRAMES || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) ||
       l->tx_data_left || l->no_ring)
     return;
+  /* Writes into a ring whose end is not ready would be lost (RDMA: the
+   * peer's queue pair drops them until it has read our handshake). */
+  if (TP(l)->needs_ready && !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE)) return;
   r2s_hostid_t me;
   r2s_handshake_t mine;
   memset(&mine, 0, sizeof mine);
@@ -454,6 +561,7 @@ static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t le
   /* rx_lock is held: taking tx_lock is in lock order. */
   pthread_mutex_lock(&l->tx_lock);
   if (l->tx_state == R2S_TX_PROBE && policy_allows_switch(l) && !l->closing) (void)switch_tx(l, fd);
+  connect_tp_locked(l, fd);
   if (l->tx_state == R2S_TX_PLAIN && l->app_oob) l->interlude_owed = true;
   send_interlude_locked(l, fd);
   try_ring_tx(l, fd);
@@ -505,6 +613,13 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
     return RETRY;
   case R2S_FRAME_DECLINE:
     l->peer_passed_mark = true;
+    return 0;
+  case R2S_FRAME_READY:
+    if (h->len || !TPS(l)) return -EPROTO;
+    __atomic_store_n(&l->peer_ready, true, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&l->tx_lock); /* rx_lock held: in lock order */
+    try_ring_tx(l, fd);
+    pthread_mutex_unlock(&l->tx_lock);
     return 0;
   case R2S_FRAME_PLAIN:
     if (r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0) return -EPROTO;
@@ -848,7 +963,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       }
       /* The peer's handshake may be waiting unread on our side. Looked for
        * at doubling intervals, so a peer that never sends one costs little. */
-      if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
+      if (awaits_peer_locked(l) && ++l->tx_writes >= l->tx_probe_at) {
         l->tx_probe_at = next_probe(l->tx_writes);
         pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
         pump_from_sender(l, fd);

@@ -67,6 +67,7 @@ struct r2s_link_s {
   bool eof_probed;   /* a frame went out to test a peer that sent its FIN */
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
+  bool peer_ready; /* READY received: the peer's end takes our writes */
 
   /* send side (tx_lock) */
   uint64_t tx_writes, tx_probe_at;         /* when to look for the peer's hello/handshake next */
@@ -80,6 +81,8 @@ struct r2s_link_s {
   uint8_t tx_pending[512]; /* control bytes not yet accepted by the kernel */
   uint32_t tx_pending_len;
   bool tx_shut;
+  bool tp_connected; /* transport connect() done (or not needed) */
+  bool ready_owed;   /* READY still to be sent */
 
   /* the transport both directions use once agreed */
   const r2s_transport_t *tp;

@@ -108,6 +108,23 @@ bool r2s__parse_usec(const char *s, unsigned *out)
   return true;
 }
 
+static const char *const transport_names[] = {"auto", "shm", "rdma"};
+
+bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out)
+{
+  for (int i = 0; i < 3; i++)
+    if (strcasecmp(s, transport_names[i]) == 0) return *out = (r2s_opt_transport_t)i, true;
+  return false;
+}
+
+bool r2s__parse_gidindex(const char *s, int *out)
+{
+  uint64_t v;
+  if (!r2s__parse_size(s, &v) || v > 65535 || strpbrk(s, "kKmMgG")) return false;
+  *out = (int)v;
+  return true;
+}
+
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len)
 {
   if (v->mode == R2S_UPGRADE_NEVER)
@@ -136,6 +153,8 @@ static bool parse_string(const char *s, const char **out)
 #define parse_upgrade  r2s__parse_upgrade
 #define parse_ringsize r2s__parse_ringsize
 #define parse_usec     r2s__parse_usec
+#define parse_transport r2s__parse_transport
+#define parse_gidindex r2s__parse_gidindex
 
 static const char *format_bool(const bool *v, char *b, size_t n)
 {
@@ -163,6 +182,19 @@ static const char *format_string(const char *const *v, char *b, size_t n)
   return b;
 }
 #define format_upgrade r2s__format_upgrade
+static const char *format_transport(const r2s_opt_transport_t *v, char *b, size_t n)
+{
+  snprintf(b, n, "%s", (unsigned)*v < 3 ? transport_names[*v] : "?");
+  return b;
+}
+static const char *format_gidindex(const int *v, char *b, size_t n)
+{
+  if (*v < 0)
+    snprintf(b, n, "auto");
+  else
+    snprintf(b, n, "%d", *v);
+  return b;
+}
 
 static const char *const accepted_level = "error, warn, info, debug or 0-3";
 static const char *const accepted_bool = "1/0, yes/no, on/off, true/false";
@@ -170,6 +202,8 @@ static const char *const accepted_string = "a non-empty string";
 static const char *const accepted_upgrade = "never, auto or a size such as 64K";
 static const char *const accepted_ringsize = "a power of two from 4K to 1G";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
+static const char *const accepted_transport = "auto, shm or rdma";
+static const char *const accepted_gidindex = "a GID table index, 0 to 65535";
 
 /* True if name (after "R2SOCK_", up to '=') is in the table. */
 static bool known_name(const char *name, size_t len)

@@ -31,6 +31,9 @@ typedef bool r2s_opt_bool_t;
 typedef const char *r2s_opt_string_t;
 typedef uint64_t r2s_opt_ringsize_t;
 typedef unsigned r2s_opt_usec_t;
+/* Which transport a connection to a peer shim offers. */
+typedef enum { R2S_TRANSPORT_AUTO = 0, R2S_TRANSPORT_SHM = 1, R2S_TRANSPORT_RDMA = 2 } r2s_opt_transport_t;
+typedef int r2s_opt_gidindex_t; /* -1: chosen from the connection's address */
 
 /* X(NAME, field, type, default, doc) */
 #define R2S_OPTIONS(X)                                                                                       \
@@ -44,7 +47,11 @@ typedef unsigned r2s_opt_usec_t;
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \
     "assume every peer runs r2sock: switch without waiting for its hello")                                   \
   X(RING_SIZE, ring_size, ringsize, (512u << 10), "bytes of each receive ring (a power of two, 4K to 1G)")   \
-  X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)")
+  X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)") \
+  X(TRANSPORT, transport, transport, R2S_TRANSPORT_AUTO,                                                     \
+    "auto (shared memory to a local peer, RDMA to a remote one), shm, or rdma (also to a local peer)")       \
+  X(DEVICE, device, string, NULL, "the RDMA device to use (e.g. mlx5_0, rxe0) instead of the one that owns the address") \
+  X(GID_INDEX, gid_index, gidindex, -1, "the GID table index to use instead of the one that matches the address")
 
 typedef struct r2s_options_s {
 #define R2S_OPT_FIELD(NAME, field, type, def, doc) r2s_opt_##type##_t field;
@@ -65,6 +72,8 @@ bool r2s__parse_level(const char *s, int *out);
 bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out);
 bool r2s__parse_ringsize(const char *s, uint64_t *out);
 bool r2s__parse_usec(const char *s, unsigned *out);
+bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out);
+bool r2s__parse_gidindex(const char *s, int *out);
 
 /* Formats the value of one option for printing; returns buf. */
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len);

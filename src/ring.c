@@ -12,9 +12,14 @@ void r2s__ring_format(void *mem, uint64_t size)
 
 int r2s__ring_attach(r2s_ring_t *r, void *mem, uint64_t size)
 {
+  return r2s__ring_attach_split(r, mem, (uint8_t *)mem + R2S_RING_CTL_SIZE, size);
+}
+
+int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size)
+{
   if (size < 4096 || (size & (size - 1)) != 0) return -EINVAL;
-  r->ctl = mem;
-  r->data = (uint8_t *)mem + R2S_RING_CTL_SIZE;
+  r->ctl = ctl;
+  r->data = data;
   r->size = size;
   r->mask = size - 1;
   r->head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);

@@ -40,12 +40,14 @@ typedef struct r2s_ring_ctl_s {
   uint64_t tail;
   uint32_t producer_sleeping; /* waiting for credits */
   uint32_t producer_closed;   /* no more bytes will come after tail */
-  uint8_t pad0[64 - 16];
+  uint64_t producer_sleep_at; /* RDMA: the head the producer saw when it went to sleep */
+  uint8_t pad0[64 - 24];
   /* consumer-written line */
   uint64_t head;
   uint32_t consumer_sleeping; /* waiting for bytes */
   uint32_t consumer_closed;   /* the reader is gone: writes fail with EPIPE */
-  uint8_t pad1[64 - 16];
+  uint64_t consumer_sleep_at; /* RDMA: the head at which the consumer went to sleep */
+  uint8_t pad1[64 - 24];
 } r2s_ring_ctl_t;
 
 typedef struct r2s_ring_s {
@@ -67,6 +69,10 @@ void r2s__ring_format(void *mem, uint64_t size);
 /* Builds the local view; size must be a power of two >= 4096. Returns 0 or
  * -EINVAL. The view starts at the indices found in memory. */
 int r2s__ring_attach(r2s_ring_t *r, void *mem, uint64_t size);
+/* The same with the control page and the data apart (an RDMA producer's
+ * local copy of the peer's ring, whose control page exists before the
+ * data's size is known). */
+int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size);
 
 /* Producer: free space (>= 0), or -EPROTO if the consumer's head is bogus. */
 ssize_t r2s__ring_space(r2s_ring_t *r);

@@ -18,9 +18,20 @@
  *    moving bytes, calls take_peer_*_sleeper(): if it returns true, it
  *    sends a DOORBELL frame over TCP, which makes the sleeper's fd readable
  *    (so the application's own poll/epoll on that fd wake too).
+ *  - A transport whose end must be set up from the peer's HANDSHAKE
+ *    before the peer may write (RDMA: the queue pair goes to RTR) has
+ *    connect(); the link calls it when the peer's HANDSHAKE arrives and
+ *    then sends READY, and with needs_ready set the link starts writing
+ *    into the peer's ring only after the peer's READY.
+ *  - A transport with its own progress (RDMA: the peer announces that it
+ *    sleeps with a message only a thread of ours sees) calls
+ *    conn->wake(conn->arg, fd) from that thread to have the link send a
+ *    DOORBELL on fd (a duplicate of the connection's socket the transport
+ *    owns). It never calls wake() after release() returned.
  *  - release() is called once per process, when its last fd of the
  *    connection closes. It only undoes local things (mappings, a name not
- *    yet sealed): after fork() another process may still use the
+ *    yet sealed, this process's queue pair, after the bytes already
+ *    handed to it left): after fork() another process may still use the
  *    connection, and the peer learns of the end from TCP itself.
  */
 #ifndef R2S_TRANSPORT_H
@@ -29,6 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -37,12 +49,23 @@
 typedef struct r2s_link_s r2s_link_t;
 typedef struct r2s_tp_state_s r2s_tp_state_t; /* each transport defines its own */
 
+/* What a transport may know of the connection it serves. */
+typedef struct r2s_tp_conn_s {
+  int fd; /* the connection's socket (offer() may duplicate it, never keeps it) */
+  struct sockaddr_storage local, peer;
+  void (*wake)(void *arg, int fd); /* send a DOORBELL on fd (see above) */
+  void *arg;
+} r2s_tp_conn_t;
+
 typedef struct r2s_transport_s {
   const char *name;
   int path; /* r2s_path_t */
+  bool needs_ready;
 
   /* Creates this end's receive ring and describes it in *hs. */
-  int (*offer)(r2s_tp_state_t **st, r2s_handshake_t *hs);
+  int (*offer)(r2s_tp_state_t **st, r2s_handshake_t *hs, const r2s_tp_conn_t *conn);
+  /* Optional: prepares this end for the peer's writes (see above). */
+  int (*connect)(r2s_tp_state_t *st, const r2s_handshake_t *peer);
   /* Can this transport reach a peer that sent *peer (same host for shm)? */
   bool (*reaches)(const r2s_handshake_t *mine, const r2s_handshake_t *peer);
   /* Attaches the peer's ring described in *peer. */
@@ -77,8 +100,12 @@ typedef struct r2s_transport_s {
 } r2s_transport_t;
 
 extern const r2s_transport_t r2s__transport_shm;
+extern const r2s_transport_t r2s__transport_rdma;
 
 /* At process exit: removes ring names whose creator died (shm.c). */
 void r2s__shm_exit(void);
+/* At process exit: lets bytes already posted to RDMA queue pairs leave
+ * (up to ms milliseconds in all), as the kernel does for TCP (rdma.c). */
+void r2s__rdma_exit(int ms);
 
 #endif

@@ -76,8 +76,9 @@ void r2s__shm_exit(void)
   if (__atomic_load_n(&used_shm, __ATOMIC_ACQUIRE)) sweep_orphans();
 }
 
-static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs)
+static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)
 {
+  (void)conn;
   static pthread_once_t swept = PTHREAD_ONCE_INIT;
   pthread_once(&swept, sweep_orphans);
   __atomic_store_n(&used_shm, 1, __ATOMIC_RELEASE);

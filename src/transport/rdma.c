@@ -1,0 +1,695 @@
+/* The RDMA transport: one RC queue pair per connection. Each end's receive
+ * ring (a control page and the data, the layout of ring.h) is registered
+ * for remote write; the producer copies the application's bytes into a
+ * local copy of the peer's ring, RDMA-writes the new bytes to the same
+ * offsets there, then the new tail; the consumer RDMA-writes its head back
+ * into the producer's credit word. One copy in, one copy out, as with
+ * shared memory.
+ *
+ * Ordering: the tail is written after the data on the same queue pair,
+ * and the consumer reads the tail before the data. That relies on RDMA
+ * writes of one RC queue pair being placed in order, which Soft-RoCE and
+ * the ConnectX family do (docs/rdma.md).
+ *
+ * Sleeping: a consumer about to sleep tells its producer with an RDMA
+ * write with immediate (the head it saw), which only the producer's
+ * progress thread notices; that thread sends a DOORBELL over TCP at once
+ * if bytes were posted beyond that head, or arms the next put to. A
+ * producer waiting for room does the same the other way. Both sides then
+ * sleep in the kernel on the TCP socket, as with shared memory, so the
+ * application's own poll/epoll keep working (transport.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../clock.h"
+#include "../libc.h"
+#include "../log.h"
+#include "../options.h"
+#include "../ring.h"
+#include "../transport.h"
+#include "rdma.h"
+
+#define SQ_DEPTH     256 /* send work requests in flight */
+#define RQ_DEPTH     256 /* receives posted for the peer's sleep announcements */
+#define SIGNAL_EVERY 32  /* at least one send in this many asks for a completion */
+#define WANT_INLINE  64  /* bytes a send may carry inside the request */
+
+enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
+
+/* Offsets in a ring's control page (ring.h), as the peer addresses them. */
+#define OFF_TAIL        offsetof(r2s_ring_ctl_t, tail)
+#define OFF_PCLOSED     offsetof(r2s_ring_ctl_t, producer_closed)
+#define OFF_PSLEEP      offsetof(r2s_ring_ctl_t, producer_sleep_at)
+#define OFF_CLINE       offsetof(r2s_ring_ctl_t, head) /* the consumer's line */
+#define CLINE_LEN       64u
+#define OFF_CSLEEP      (offsetof(r2s_ring_ctl_t, consumer_sleep_at) - OFF_CLINE)
+
+struct r2s_tp_state_s {
+  r2s_rdma_port_t port;
+  unsigned gen; /* r2s__rdma_fork_gen at creation */
+  struct ibv_cq *scq, *rcq;
+  struct ibv_qp *qp;
+  uint32_t psn, max_inline;
+
+  /* our receive ring: the peer writes its data and producer line */
+  uint8_t *own_mem;
+  size_t own_len;
+  struct ibv_mr *own_mr;
+  r2s_ring_t own;
+
+  /* our copy of the peer's ring: its control page exists from the offer
+   * (the peer writes its consumer line: credits, sleep, closed), its data
+   * from attach, when the peer's ring size is known */
+  uint8_t *mctl;
+  struct ibv_mr *credit_mr;
+  uint8_t *mdata;
+  struct ibv_mr *mdata_mr;
+  r2s_ring_t peer;
+
+  /* the peer's ring and credit line */
+  uint64_t r_ring, r_credit;
+  uint32_t r_rkey, r_credit_rkey;
+  bool connected, attached;
+
+  /* posting (post_lock): send queue accounting and the credit we sent */
+  pthread_mutex_t post_lock;
+  unsigned sq_out, unsignalled;
+  uint64_t credit_sent; /* atomic reads outside the lock */
+
+  /* between the application's threads and the progress thread */
+  uint64_t tx_posted; /* tail of everything posted, seq_cst */
+  uint64_t rx_taken;  /* our head after the last get, seq_cst */
+  int armed_rx, armed_tx;
+  int broken; /* -errno once the queue pair failed */
+
+  int dupfd;
+  void (*wake)(void *, int);
+  void *wake_arg;
+};
+
+static inline bool foreign(const r2s_tp_state_t *st)
+{
+  return st->gen != __atomic_load_n(&r2s__rdma_fork_gen, __ATOMIC_RELAXED);
+}
+
+static inline const r2s_ring_ctl_t *peer_cline(const r2s_tp_state_t *st)
+{
+  return (const r2s_ring_ctl_t *)st->mctl;
+}
+
+/* ---- failure ---- */
+
+/* The queue pair failed: the connection cannot know which bytes arrived,
+ * so it ends. The socket is shut down so that both ends' sleepers wake
+ * (and find ECONNRESET here, EOF or a reset there). */
+static void fail_qp(r2s_tp_state_t *st, const char *why)
+{
+  if (__atomic_exchange_n(&st->broken, -ECONNRESET, __ATOMIC_ACQ_REL)) return;
+  r2s__warn("RDMA connection failed (%s): reset", why);
+  if (st->dupfd >= 0) (void)r2s__libc.shutdown(st->dupfd, SHUT_RDWR);
+}
+
+static inline int state_error(const r2s_tp_state_t *st)
+{
+  if (foreign(st)) return -ECONNRESET;
+  return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
+}
+
+/* ---- posting ---- */
+
+/* Takes the send completions there are; post_lock held. */
+static void reap_locked(r2s_tp_state_t *st)
+{
+  struct ibv_wc wc[16];
+  int k;
+  while ((k = ibv_poll_cq(st->scq, 16, wc)) > 0) {
+    for (int i = 0; i < k; i++) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        fail_qp(st, R2S_V(ibv_wc_status_str)(wc[i].status));
+        continue;
+      }
+      st->sq_out -= (unsigned)wc[i].wr_id;
+    }
+  }
+  if (k < 0) fail_qp(st, "cannot poll the send queue");
+}
+
+/* Waits until `need` send slots are free; post_lock held. The NIC frees
+ * them within a round trip, or fails the queue pair after its retries; a
+ * queue still full at the deadline fails the connection unless `soft`
+ * (a close that gives up waiting has nothing left to fail). */
+static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline, bool soft)
+{
+  for (unsigned spins = 0;; spins++) {
+    reap_locked(st);
+    int err = state_error(st);
+    if (err) return err;
+    if (st->sq_out + need <= SQ_DEPTH) return 0;
+    if (r2s__now_ns() > deadline) {
+      if (soft) return -ETIMEDOUT;
+      fail_qp(st, "send queue stuck");
+      return -ECONNRESET;
+    }
+    if (spins > 64) sched_yield();
+  }
+}
+
+/* Posts a chain of n requests; the last asks for a completion when due
+ * (its wr_id says how many requests that completion retires). */
+static int post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool signal)
+{
+  if (st->sq_out + n > SQ_DEPTH) {
+    int rc = wait_slots_locked(st, n, r2s__now_ns() + 5000000000ll, false);
+    if (rc) return rc;
+  }
+  for (unsigned i = 0; i + 1 < n; i++) wr[i].next = &wr[i + 1];
+  wr[n - 1].next = NULL;
+  if (signal || st->unsignalled + n >= SIGNAL_EVERY || st->sq_out + n >= SQ_DEPTH / 2) {
+    wr[n - 1].send_flags |= IBV_SEND_SIGNALED;
+    wr[n - 1].wr_id = st->unsignalled + n;
+    st->unsignalled = 0;
+  } else {
+    st->unsignalled += n;
+  }
+  struct ibv_send_wr *bad;
+  int rc = ibv_post_send(st->qp, wr, &bad);
+  if (rc) {
+    fail_qp(st, "cannot post a send");
+    return -ECONNRESET;
+  }
+  st->sq_out += n;
+  return 0;
+}
+
+/* A small write whose bytes travel inside the request. */
+static void inline_write(struct ibv_send_wr *wr, struct ibv_sge *sge, const void *p, uint32_t len, uint64_t raddr,
+                         uint32_t rkey)
+{
+  memset(wr, 0, sizeof *wr);
+  *sge = (struct ibv_sge){.addr = (uintptr_t)p, .length = len, .lkey = 0};
+  wr->opcode = IBV_WR_RDMA_WRITE;
+  wr->sg_list = sge;
+  wr->num_sge = 1;
+  wr->send_flags = IBV_SEND_INLINE;
+  wr->wr.rdma.remote_addr = raddr;
+  wr->wr.rdma.rkey = rkey;
+}
+
+/* Our head into the peer's credit word, if it moved; post_lock held. */
+static int credit_locked(r2s_tp_state_t *st)
+{
+  uint64_t h = __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST);
+  if (h == st->credit_sent || !st->connected) return 0;
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  inline_write(&wr, &sge, &h, 8, st->r_credit, st->r_credit_rkey);
+  int rc = post_locked(st, &wr, 1, false);
+  if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
+  return rc;
+}
+
+/* Tells the peer we sleep: value into its word at raddr, with an
+ * immediate so its progress thread hears of it. post_lock held. */
+static int announce_locked(r2s_tp_state_t *st, uint64_t value, uint64_t raddr, uint32_t rkey, uint32_t imm)
+{
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  inline_write(&wr, &sge, &value, 8, raddr, rkey);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htonl(imm);
+  return post_locked(st, &wr, 1, false);
+}
+
+static int post_recvs(r2s_tp_state_t *st, int n)
+{
+  for (int i = 0; i < n; i++) {
+    struct ibv_recv_wr wr = {.wr_id = 0, .sg_list = NULL, .num_sge = 0}, *bad;
+    if (ibv_post_recv(st->qp, &wr, &bad)) return -EIO;
+  }
+  return 0;
+}
+
+/* ---- setting up ---- */
+
+static void destroy(r2s_tp_state_t *st)
+{
+  if (st->qp) (void)R2S_V(ibv_destroy_qp)(st->qp);
+  if (st->own_mr) (void)R2S_V(ibv_dereg_mr)(st->own_mr);
+  if (st->credit_mr) (void)R2S_V(ibv_dereg_mr)(st->credit_mr);
+  if (st->mdata_mr) (void)R2S_V(ibv_dereg_mr)(st->mdata_mr);
+  if (st->scq) (void)R2S_V(ibv_destroy_cq)(st->scq);
+  if (st->rcq) (void)R2S_V(ibv_destroy_cq)(st->rcq);
+}
+
+static void free_state(r2s_tp_state_t *st)
+{
+  if (st->dupfd >= 0) r2s__libc.close(st->dupfd);
+  free(st->own_mem);
+  free(st->mctl);
+  free(st->mdata);
+  pthread_mutex_destroy(&st->post_lock);
+  free(st);
+}
+
+static int to_init(r2s_tp_state_t *st)
+{
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT,
+      .pkey_index = 0,
+      .port_num = st->port.port,
+      /* the peer writes into our ring and credit line; never reads */
+      .qp_access_flags = IBV_ACCESS_REMOTE_WRITE,
+  };
+  return R2S_V(ibv_modify_qp)(st->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)
+{
+  r2s_rdma_port_t port;
+  int rc = r2s__rdma_port_for(&conn->local, &port);
+  if (rc < 0) return rc;
+  r2s_tp_state_t *st = calloc(1, sizeof *st);
+  if (!st) return -ENOMEM;
+  pthread_mutex_init(&st->post_lock, NULL);
+  st->port = port;
+  st->gen = port.dev->gen;
+  st->dupfd = -1;
+  struct ibv_pd *pd = port.dev->pd;
+  uint64_t size = r2s__opt.ring_size;
+  const char *what = "memory";
+  rc = -ENOMEM;
+  st->own_len = r2s__ring_bytes(size);
+  if (posix_memalign((void **)&st->own_mem, 4096, st->own_len) || posix_memalign((void **)&st->mctl, 4096, 4096))
+    goto err;
+  r2s__ring_format(st->own_mem, size);
+  memset(st->mctl, 0, 4096);
+  if (r2s__ring_attach(&st->own, st->own_mem, size) < 0) goto err;
+  /* The peer may write our ring (data and its producer line) and the
+   * consumer line of our copy of its ring: nothing else, and no reads. */
+  what = "memory registration (memlock limit? see ulimit -l)";
+  st->own_mr = R2S_V(ibv_reg_mr)(pd, st->own_mem, st->own_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  st->credit_mr =
+      R2S_V(ibv_reg_mr)(pd, st->mctl + OFF_CLINE, CLINE_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!st->own_mr || !st->credit_mr) goto err_errno;
+  what = "completion queues";
+  st->scq = R2S_V(ibv_create_cq)(port.dev->ctx, SQ_DEPTH, NULL, NULL, 0);
+  st->rcq = R2S_V(ibv_create_cq)(port.dev->ctx, RQ_DEPTH, st, port.dev->chan, 0);
+  if (!st->scq || !st->rcq) goto err_errno;
+  what = "a queue pair";
+  struct ibv_qp_init_attr qa = {
+      .send_cq = st->scq,
+      .recv_cq = st->rcq,
+      .cap = {.max_send_wr = SQ_DEPTH, .max_recv_wr = RQ_DEPTH, .max_send_sge = 1, .max_recv_sge = 1,
+              .max_inline_data = WANT_INLINE},
+      .qp_type = IBV_QPT_RC,
+      .sq_sig_all = 0,
+  };
+  st->qp = R2S_V(ibv_create_qp)(pd, &qa);
+  if (!st->qp) goto err_errno;
+  st->max_inline = qa.cap.max_inline_data;
+  if (st->max_inline < 8) { /* tails and credits must travel inline (see post_data_locked) */
+    rc = -EOPNOTSUPP;
+    goto err;
+  }
+  uint32_t rnd = 0;
+  if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) rnd = (uint32_t)r2s__now_ns();
+  st->psn = rnd & 0xffffff;
+  if (to_init(st) != 0 || post_recvs(st, RQ_DEPTH) < 0 || ibv_req_notify_cq(st->rcq, 0) != 0) goto err_errno;
+  st->dupfd = r2s__libc.fcntl(conn->fd, F_DUPFD_CLOEXEC, 512);
+  if (st->dupfd < 0) goto err_errno;
+  st->wake = conn->wake;
+  st->wake_arg = conn->arg;
+
+  hs->has_rdma = 1;
+  r2s_offer_rdma_t *o = &hs->rdma;
+  o->qpn = st->qp->qp_num;
+  o->psn = st->psn;
+  memcpy(o->gid, port.gid.raw, 16);
+  o->lid = port.lid;
+  o->mtu = (uint8_t)port.mtu;
+  o->ring_addr = (uintptr_t)st->own_mem;
+  o->ring_size = size;
+  o->ring_rkey = st->own_mr->rkey;
+  o->credit_addr = (uintptr_t)(st->mctl + OFF_CLINE);
+  o->credit_rkey = st->credit_mr->rkey;
+  r2s__rdma_track(st, port.dev);
+  r2s__debug("RDMA offer: %s port %u gid index %d qpn %u", port.dev->name, port.port, port.gid_index,
+             st->qp->qp_num);
+  *out = st;
+  return 0;
+
+err_errno:
+  rc = errno ? -errno : -ENOMEM;
+err:
+  r2s__warn("RDMA: no %s for this connection (%s): it stays on TCP", what, strerror(-rc));
+  destroy(st);
+  free_state(st);
+  return rc;
+}
+
+static bool rdma_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *peer)
+{
+  (void)mine;
+  return peer->has_rdma;
+}
+
+static bool ring_size_ok(uint64_t size)
+{
+  return size >= 4096 && size <= (1ull << 30) && (size & (size - 1)) == 0;
+}
+
+static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
+{
+  if (foreign(st)) return -ECONNRESET;
+  const r2s_offer_rdma_t *o = &peer->rdma;
+  if (!peer->has_rdma) return -ENOPROTOOPT;
+  if (o->qpn > 0xffffff || o->psn > 0xffffff || o->mtu < IBV_MTU_256 || o->mtu > IBV_MTU_4096 ||
+      !ring_size_ok(o->ring_size))
+    return -EPROTO;
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_RTR,
+      .path_mtu = o->mtu < st->port.mtu ? (enum ibv_mtu)o->mtu : st->port.mtu,
+      .dest_qp_num = o->qpn,
+      .rq_psn = o->psn,
+      .max_dest_rd_atomic = 0, /* no remote reads of ours, ever */
+      .min_rnr_timer = 12,
+      .ah_attr = {.dlid = o->lid, .sl = 0, .src_path_bits = 0, .port_num = st->port.port},
+  };
+  if (st->port.roce) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, o->gid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)st->port.gid_index;
+    a.ah_attr.grh.hop_limit = 64;
+  }
+  if (R2S_V(ibv_modify_qp)(st->qp, &a,
+                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+    return errno ? -errno : -EIO;
+  struct ibv_qp_attr r = {
+      .qp_state = IBV_QPS_RTS,
+      .sq_psn = st->psn,
+      .timeout = 14, /* 4.096 us * 2^14 = 67 ms per try */
+      .retry_cnt = 7,
+      .rnr_retry = 7,
+      .max_rd_atomic = 0,
+  };
+  if (R2S_V(ibv_modify_qp)(st->qp, &r,
+                           IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                               IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+    return errno ? -errno : -EIO;
+  st->r_ring = o->ring_addr;
+  st->r_rkey = o->ring_rkey;
+  st->r_credit = o->credit_addr;
+  st->r_credit_rkey = o->credit_rkey;
+  pthread_mutex_lock(&st->post_lock);
+  __atomic_store_n(&st->connected, true, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&st->post_lock);
+  return 0;
+}
+
+static int rdma_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
+{
+  if (!st->connected) return -ENOTCONN;
+  uint64_t size = peer->rdma.ring_size; /* checked by connect */
+  if (posix_memalign((void **)&st->mdata, 4096, size)) return -ENOMEM;
+  st->mdata_mr = R2S_V(ibv_reg_mr)(st->port.dev->pd, st->mdata, size, IBV_ACCESS_LOCAL_WRITE);
+  if (!st->mdata_mr) {
+    int rc = errno ? -errno : -ENOMEM;
+    free(st->mdata);
+    st->mdata = NULL;
+    return rc;
+  }
+  if (r2s__ring_attach_split(&st->peer, st->mctl, st->mdata, size) < 0) return -EPROTO;
+  st->attached = true;
+  return 0;
+}
+
+static void rdma_seal(r2s_tp_state_t *st)
+{
+  (void)st; /* nothing is named: the rkeys are in this connection's TCP stream only */
+}
+
+/* ---- producer ---- */
+
+static ssize_t rdma_space(r2s_tp_state_t *st)
+{
+  int err = state_error(st);
+  if (err) return err;
+  if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
+  return r2s__ring_space(&st->peer);
+}
+
+/* RDMA-writes ring bytes [from, to) of our copy to the same offsets of the
+ * peer's ring, then the new tail; post_lock held. */
+static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
+{
+  struct ibv_send_wr wr[3];
+  struct ibv_sge sge[3];
+  unsigned k = 0;
+  for (uint64_t pos = from; pos < to; k++) {
+    uint64_t off = pos & st->peer.mask, len = to - pos;
+    if (len > st->peer.size - off) len = st->peer.size - off;
+    memset(&wr[k], 0, sizeof wr[k]);
+    sge[k] = (struct ibv_sge){.addr = (uintptr_t)(st->mdata + off), .length = (uint32_t)len,
+                              .lkey = st->mdata_mr->lkey};
+    wr[k].opcode = IBV_WR_RDMA_WRITE;
+    wr[k].sg_list = &sge[k];
+    wr[k].num_sge = 1;
+    wr[k].send_flags = len <= st->max_inline ? IBV_SEND_INLINE : 0;
+    wr[k].wr.rdma.remote_addr = st->r_ring + R2S_RING_CTL_SIZE + off;
+    wr[k].wr.rdma.rkey = st->r_rkey;
+    pos += len;
+  }
+  /* Inline, so the value is taken now: a later put must not change the
+   * tail this request carries before its data is written. */
+  uint64_t tail = to;
+  inline_write(&wr[k], &sge[k], &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey);
+  return post_locked(st, wr, k + 1, false);
+}
+
+static ssize_t rdma_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
+{
+  int err = state_error(st);
+  if (err) return err;
+  if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
+  uint64_t from = st->peer.tail;
+  ssize_t n = r2s__ring_put(&st->peer, iov, cnt, skip, max);
+  if (n <= 0) return n;
+  pthread_mutex_lock(&st->post_lock);
+  int rc = post_data_locked(st, from, st->peer.tail);
+  pthread_mutex_unlock(&st->post_lock);
+  if (rc < 0) return rc;
+  /* Before the caller looks at armed_rx (take_peer_rx_sleeper): the
+   * progress thread arms, then reads this (Dekker, within the process). */
+  __atomic_store_n(&st->tx_posted, st->peer.tail, __ATOMIC_SEQ_CST);
+  return n;
+}
+
+static uint64_t rdma_produced(r2s_tp_state_t *st)
+{
+  return st->attached ? st->peer.tail : 0;
+}
+
+static bool rdma_take_peer_rx_sleeper(r2s_tp_state_t *st)
+{
+  return __atomic_load_n(&st->armed_rx, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&st->armed_rx, 0, __ATOMIC_SEQ_CST);
+}
+
+static void rdma_sleep_tx(r2s_tp_state_t *st, bool on)
+{
+  if (!on || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
+  uint64_t seen = __atomic_load_n(&peer_cline(st)->head, __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&st->post_lock);
+  (void)announce_locked(st, seen, st->r_ring + OFF_PSLEEP, st->r_rkey, IMM_TX_SLEEP);
+  pthread_mutex_unlock(&st->post_lock);
+}
+
+static void rdma_close_tx(r2s_tp_state_t *st)
+{
+  if (!st->attached || state_error(st)) return;
+  static const uint32_t one = 1;
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  inline_write(&wr, &sge, &one, 4, st->r_ring + OFF_PCLOSED, st->r_rkey);
+  pthread_mutex_lock(&st->post_lock);
+  (void)post_locked(st, &wr, 1, false);
+  pthread_mutex_unlock(&st->post_lock);
+}
+
+/* ---- consumer ---- */
+
+static ssize_t rdma_avail(r2s_tp_state_t *st)
+{
+  if (foreign(st)) return -ECONNRESET;
+  ssize_t n = r2s__ring_avail(&st->own);
+  if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE))
+    return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
+  return n;
+}
+
+static ssize_t rdma_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek)
+{
+  if (foreign(st)) return -ECONNRESET;
+  ssize_t n = r2s__ring_get(&st->own, iov, cnt, max, peek);
+  if (n > 0 && !peek) {
+    __atomic_store_n(&st->rx_taken, st->own.head, __ATOMIC_SEQ_CST);
+    /* Credits in batches of a quarter ring: a producer with room left
+     * does not need them sooner, one that waits asks (IMM_TX_SLEEP). */
+    if (st->own.head - __atomic_load_n(&st->credit_sent, __ATOMIC_ACQUIRE) >= st->own.size / 4) {
+      pthread_mutex_lock(&st->post_lock);
+      (void)credit_locked(st);
+      pthread_mutex_unlock(&st->post_lock);
+    }
+  }
+  if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE))
+    return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
+  return n;
+}
+
+static uint64_t rdma_consumed(r2s_tp_state_t *st)
+{
+  return st->own.head;
+}
+
+static bool rdma_take_peer_tx_sleeper(r2s_tp_state_t *st)
+{
+  if (!__atomic_load_n(&st->armed_tx, __ATOMIC_SEQ_CST) || !__atomic_exchange_n(&st->armed_tx, 0, __ATOMIC_SEQ_CST))
+    return false;
+  /* The doorbell must find the credit there, or follow it closely. */
+  pthread_mutex_lock(&st->post_lock);
+  (void)credit_locked(st);
+  pthread_mutex_unlock(&st->post_lock);
+  return true;
+}
+
+static void rdma_sleep_rx(r2s_tp_state_t *st, bool on)
+{
+  if (!on || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&st->post_lock);
+  (void)credit_locked(st);
+  (void)announce_locked(st, __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST), st->r_credit + OFF_CSLEEP, st->r_credit_rkey, IMM_RX_SLEEP);
+  pthread_mutex_unlock(&st->post_lock);
+}
+
+static bool rdma_peer_tx_closed(r2s_tp_state_t *st)
+{
+  return __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* ---- the progress thread's side ---- */
+
+void r2s__rdma_on_event(r2s_tp_state_t *st)
+{
+  if (foreign(st)) return;
+  /* Re-armed before polling: a completion after the poll then raises a
+   * new event instead of waiting unseen. */
+  (void)ibv_req_notify_cq(st->rcq, 0);
+  struct ibv_wc wc[16];
+  int k, used = 0;
+  bool rx = false, tx = false;
+  while ((k = ibv_poll_cq(st->rcq, 16, wc)) > 0) {
+    for (int i = 0; i < k; i++) {
+      used++;
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        fail_qp(st, R2S_V(ibv_wc_status_str)(wc[i].status));
+        continue;
+      }
+      uint32_t imm = ntohl(wc[i].imm_data);
+      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) rx |= imm == IMM_RX_SLEEP, tx |= imm == IMM_TX_SLEEP;
+    }
+  }
+  if (state_error(st)) return;
+  if (used && post_recvs(st, used) < 0) fail_qp(st, "cannot post receives");
+  if (rx) { /* the peer's reader sleeps: does it know of all we posted? */
+    __atomic_store_n(&st->armed_rx, 1, __ATOMIC_SEQ_CST);
+    uint64_t seen = __atomic_load_n(&peer_cline(st)->consumer_sleep_at, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&st->tx_posted, __ATOMIC_SEQ_CST) > seen && rdma_take_peer_rx_sleeper(st))
+      st->wake(st->wake_arg, st->dupfd);
+  }
+  if (tx) { /* the peer's writer waits for room: did we free some it has not seen? */
+    __atomic_store_n(&st->armed_tx, 1, __ATOMIC_SEQ_CST);
+    uint64_t seen = __atomic_load_n(&st->own.ctl->producer_sleep_at, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&st->post_lock);
+    (void)credit_locked(st);
+    bool ring = __atomic_load_n(&st->credit_sent, __ATOMIC_ACQUIRE) > seen;
+    pthread_mutex_unlock(&st->post_lock);
+    if (ring && __atomic_exchange_n(&st->armed_tx, 0, __ATOMIC_SEQ_CST)) st->wake(st->wake_arg, st->dupfd);
+  }
+}
+
+/* Waits until everything posted has left (the last request asks for a
+ * completion so that the wait can end). */
+void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns)
+{
+  if (foreign(st)) return;
+  pthread_mutex_lock(&st->post_lock);
+  reap_locked(st);
+  if (st->sq_out && st->unsignalled && st->attached && !state_error(st)) {
+    uint64_t tail = st->peer.tail;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    inline_write(&wr, &sge, &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey);
+    (void)post_locked(st, &wr, 1, true);
+  }
+  if (st->sq_out && !state_error(st)) (void)wait_slots_locked(st, SQ_DEPTH, (int64_t)deadline_ns, true);
+  pthread_mutex_unlock(&st->post_lock);
+}
+
+static void drain_one(r2s_tp_state_t *st, uint64_t deadline)
+{
+  r2s__rdma_drain(st, deadline);
+}
+
+void r2s__rdma_exit(int ms)
+{
+  if (r2s__verbs_load() < 0) return;
+  r2s__rdma_for_each(drain_one, (uint64_t)r2s__now_ns() + (uint64_t)ms * 1000000u);
+}
+
+static void rdma_release(r2s_tp_state_t *st)
+{
+  if (!foreign(st)) {
+    /* Bytes the application handed us before close() still go out, as
+     * the kernel would send them for TCP. */
+    r2s__rdma_drain(st, (uint64_t)r2s__now_ns() + 1000000000u);
+    r2s__rdma_untrack(st);
+    destroy(st);
+  }
+  /* In a fork child the verbs objects are the parent's: only our copies
+   * of the memory go. */
+  free_state(st);
+}
+
+const r2s_transport_t r2s__transport_rdma = {
+    .name = "rdma",
+    .path = 2, /* R2S_PATH_RDMA */
+    .needs_ready = true,
+    .offer = rdma_offer,
+    .connect = rdma_connect,
+    .reaches = rdma_reaches,
+    .attach = rdma_attach,
+    .seal = rdma_seal,
+    .space = rdma_space,
+    .put = rdma_put,
+    .avail = rdma_avail,
+    .get = rdma_get,
+    .produced = rdma_produced,
+    .consumed = rdma_consumed,
+    .sleep_rx = rdma_sleep_rx,
+    .sleep_tx = rdma_sleep_tx,
+    .take_peer_rx_sleeper = rdma_take_peer_rx_sleeper,
+    .take_peer_tx_sleeper = rdma_take_peer_tx_sleeper,
+    .peer_tx_closed = rdma_peer_tx_closed,
+    .close_tx = rdma_close_tx,
+    .release = rdma_release,
+};

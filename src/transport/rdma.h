@@ -1,0 +1,72 @@
+/*
+ * rdma.h - what the RDMA transport (rdma.c) needs from its devices
+ * (rdma_dev.c): the device, port and GID that own a connection's address,
+ * the per-process verbs objects, and the progress thread.
+ *
+ * Contract:
+ *  - r2s__rdma_port_for(local, &port) finds the RDMA port for a TCP
+ *    connection's local address: the device and port whose GID table holds
+ *    that address (a RoCE v2 GID before a v1 one), or R2SOCK_DEVICE /
+ *    R2SOCK_GID_INDEX when set; on InfiniBand, the first active port of the
+ *    device (R2SOCK_DEVICE picks which) with its LID. Returns 0 or -ENODEV
+ *    (no such device, none up, no GID for the address), -ENOENT (no
+ *    libibverbs). The device is opened once per process and stays open.
+ *  - After fork() a child never touches its parent's verbs objects (they
+ *    live in a file description both share): devices are per process
+ *    (the child opens its own), and r2s__rdma_fork_gen changes in the
+ *    child, so a connection's state made before the fork knows it is
+ *    not its own.
+ *  - Each connection registers its state with r2s__rdma_track(); the
+ *    progress thread of its device then calls r2s__rdma_on_event(st) for
+ *    every completion event of the state's receive CQ. r2s__rdma_untrack()
+ *    returns only once the thread is done with the state, so the state
+ *    may then be freed.
+ */
+#ifndef R2S_TRANSPORT_RDMA_H
+#define R2S_TRANSPORT_RDMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "../verbs.h"
+
+typedef struct r2s_rdma_dev_s r2s_rdma_dev_t;
+typedef struct r2s_tp_state_s r2s_tp_state_t;
+
+struct r2s_rdma_dev_s {
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_comp_channel *chan; /* all receive CQs of this device */
+  struct ibv_device_attr attr;
+  char name[64];
+  unsigned gen; /* r2s__rdma_fork_gen when opened */
+  r2s_rdma_dev_t *next;
+};
+
+typedef struct r2s_rdma_port_s {
+  r2s_rdma_dev_t *dev;
+  uint8_t port;
+  int gid_index;
+  union ibv_gid gid;
+  uint16_t lid;
+  enum ibv_mtu mtu;
+  bool roce; /* link layer Ethernet: a GRH on every packet */
+} r2s_rdma_port_t;
+
+extern unsigned r2s__rdma_fork_gen;
+
+int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *out);
+
+void r2s__rdma_track(r2s_tp_state_t *st, r2s_rdma_dev_t *dev);
+void r2s__rdma_untrack(r2s_tp_state_t *st);
+
+/* In rdma.c: one completion event of st's receive CQ (progress thread). */
+void r2s__rdma_on_event(r2s_tp_state_t *st);
+/* In rdma.c: at exit, waits (until deadline_ns) for st's posted sends. */
+void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns);
+
+/* Calls fn on every tracked state of this process (at exit). */
+void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg);
+
+#endif

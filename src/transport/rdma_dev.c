@@ -1,0 +1,300 @@
+/* RDMA devices for the RDMA transport: which port and GID serve a
+ * connection, the verbs objects each process opens once, and the thread
+ * that hears the peers' sleep announcements (rdma.h). */
+#include "rdma.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../init.h"
+#include "../log.h"
+#include "../options.h"
+
+unsigned r2s__rdma_fork_gen;
+
+static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
+static r2s_rdma_dev_t *devs;
+
+/* The states the progress threads may look at (see untrack). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_idle = PTHREAD_COND_INITIALIZER;
+static r2s_tp_state_t **live;
+static size_t nlive, live_cap;
+#define MAX_THREADS 8
+static r2s_tp_state_t *busy[MAX_THREADS]; /* what each progress thread is handling */
+static int nthreads;
+
+static void fork_child(void)
+{
+  /* The parent's devices, queue pairs and threads are not ours: forget
+   * them without touching them (rdma.h). */
+  r2s__rdma_fork_gen++;
+  pthread_mutex_init(&devs_lock, NULL);
+  pthread_mutex_init(&live_lock, NULL);
+  pthread_cond_init(&live_idle, NULL);
+  devs = NULL;
+  nlive = 0;
+  nthreads = 0;
+  memset(busy, 0, sizeof busy);
+}
+
+static void register_fork(void)
+{
+  pthread_atfork(NULL, NULL, fork_child);
+}
+
+/* ---- the progress thread ---- */
+
+typedef struct progress_s {
+  struct ibv_comp_channel *chan;
+  int slot;
+} progress_t;
+
+static r2s_tp_state_t *find_live(const void *p)
+{
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i] == p) return live[i];
+  return NULL;
+}
+
+static void *progress_main(void *arg)
+{
+  progress_t pr = *(progress_t *)arg;
+  free(arg);
+  r2s__in_shim++; /* its socket calls (doorbells) are the shim's own */
+  for (;;) {
+    struct ibv_cq *cq;
+    void *ctx;
+    if (R2S_V(ibv_get_cq_event)(pr.chan, &cq, &ctx) < 0) {
+      if (errno == EINTR) continue;
+      r2s__warn("RDMA progress thread stops: %s", strerror(errno));
+      return NULL;
+    }
+    /* Acknowledged before the state is looked up: destroying a CQ waits
+     * for its events' acknowledgements, and its owner may be doing that
+     * right now while holding on to nothing we need. */
+    R2S_V(ibv_ack_cq_events)(cq, 1);
+    pthread_mutex_lock(&live_lock);
+    r2s_tp_state_t *st = find_live(ctx);
+    busy[pr.slot] = st;
+    pthread_mutex_unlock(&live_lock);
+    if (!st) continue;
+    r2s__rdma_on_event(st);
+    pthread_mutex_lock(&live_lock);
+    busy[pr.slot] = NULL;
+    pthread_cond_broadcast(&live_idle);
+    pthread_mutex_unlock(&live_lock);
+  }
+}
+
+static int start_progress(struct ibv_comp_channel *chan)
+{
+  pthread_mutex_lock(&live_lock);
+  int slot = nthreads < MAX_THREADS ? nthreads++ : -1;
+  pthread_mutex_unlock(&live_lock);
+  if (slot < 0) return -EMFILE;
+  progress_t *pr = malloc(sizeof *pr);
+  if (!pr) return -ENOMEM;
+  pr->chan = chan;
+  pr->slot = slot;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  /* The application's signals are for its own threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, &a, progress_main, pr);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&a);
+  if (rc) {
+    free(pr);
+    return -rc;
+  }
+  return 0;
+}
+
+void r2s__rdma_track(r2s_tp_state_t *st, r2s_rdma_dev_t *dev)
+{
+  (void)dev;
+  pthread_mutex_lock(&live_lock);
+  if (nlive == live_cap) {
+    size_t cap = live_cap ? live_cap * 2 : 64;
+    r2s_tp_state_t **n = realloc(live, cap * sizeof *n);
+    if (n) live = n, live_cap = cap;
+  }
+  /* Without room the state is simply never woken by its thread: its peer's
+   * sleep announcements then go unanswered, and its waits end at the
+   * 100 ms slice instead (slow, never stuck). */
+  if (nlive < live_cap) live[nlive++] = st;
+  pthread_mutex_unlock(&live_lock);
+}
+
+void r2s__rdma_untrack(r2s_tp_state_t *st)
+{
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i] == st) {
+      live[i] = live[--nlive];
+      break;
+    }
+  for (;;) {
+    bool in_use = false;
+    for (int i = 0; i < nthreads; i++) in_use |= busy[i] == st;
+    if (!in_use) break;
+    pthread_cond_wait(&live_idle, &live_lock);
+  }
+  pthread_mutex_unlock(&live_lock);
+}
+
+void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg)
+{
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < nlive; i++) fn(live[i], arg);
+  pthread_mutex_unlock(&live_lock);
+}
+
+/* ---- devices ---- */
+
+static void close_dev(r2s_rdma_dev_t *d)
+{
+  if (d->chan) (void)R2S_V(ibv_destroy_comp_channel)(d->chan);
+  if (d->pd) (void)R2S_V(ibv_dealloc_pd)(d->pd);
+  if (d->ctx) (void)R2S_V(ibv_close_device)(d->ctx);
+  free(d);
+}
+
+/* The open device named like dev, opened now if need be; devs_lock held. */
+static r2s_rdma_dev_t *get_dev(struct ibv_device *dev)
+{
+  const char *name = R2S_V(ibv_get_device_name)(dev);
+  for (r2s_rdma_dev_t *d = devs; d; d = d->next)
+    if (strcmp(d->name, name) == 0) return d;
+  r2s_rdma_dev_t *d = calloc(1, sizeof *d);
+  if (!d) return NULL;
+  snprintf(d->name, sizeof d->name, "%s", name);
+  d->gen = r2s__rdma_fork_gen;
+  d->ctx = R2S_V(ibv_open_device)(dev);
+  if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 || !(d->pd = R2S_V(ibv_alloc_pd)(d->ctx)) ||
+      !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d->chan) < 0) {
+    r2s__warn("RDMA device %s: cannot open it (%s)", name, strerror(errno ? errno : EIO));
+    close_dev(d);
+    return NULL;
+  }
+  d->next = devs;
+  devs = d;
+  r2s__debug("RDMA device %s open", name);
+  return d;
+}
+
+/* The GID an address has in a RoCE GID table: the IPv6 address itself, or
+ * an IPv4 one mapped into ::ffff:0:0/96. */
+static bool addr_gid(const struct sockaddr_storage *ss, union ibv_gid *gid)
+{
+  memset(gid, 0, sizeof *gid);
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    gid->raw[10] = gid->raw[11] = 0xff;
+    memcpy(gid->raw + 12, &in->sin_addr, 4);
+    return true;
+  }
+  if (ss->ss_family == AF_INET6) {
+    memcpy(gid->raw, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    return true;
+  }
+  return false;
+}
+
+/* On InfiniBand the address belongs to an IPoIB interface, whose 20-byte
+ * hardware address ends with its port's GID. */
+static bool ipoib_gid(const struct sockaddr_storage *ss, union ibv_gid *gid)
+{
+  struct ifaddrs *ifs;
+  if (getifaddrs(&ifs) < 0) return false;
+  char ifname[IF_NAMESIZE] = "";
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != ss->ss_family) continue;
+    bool same = ss->ss_family == AF_INET
+                    ? ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                          ((const struct sockaddr_in *)ss)->sin_addr.s_addr
+                    : memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                             &((const struct sockaddr_in6 *)ss)->sin6_addr, 16) == 0;
+    if (same) snprintf(ifname, sizeof ifname, "%s", i->ifa_name);
+  }
+  bool found = false;
+  for (struct ifaddrs *i = ifs; i && ifname[0]; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_PACKET || strcmp(i->ifa_name, ifname) != 0) continue;
+    const struct sockaddr_ll *ll = (const struct sockaddr_ll *)i->ifa_addr;
+    if (ll->sll_halen == 20) {
+      memcpy(gid->raw, ll->sll_addr + 4, 16);
+      found = true;
+    }
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+/* Looks for the address's GID on one active port; devs_lock held. */
+static bool match_port(r2s_rdma_dev_t *d, uint8_t port, const struct ibv_port_attr *pa,
+                       const struct sockaddr_storage *local, r2s_rdma_port_t *out)
+{
+  int want = r2s__opt.gid_index;
+  union ibv_gid target;
+  bool ib = pa->link_layer == IBV_LINK_LAYER_INFINIBAND;
+  bool have_target = ib ? ipoib_gid(local, &target) : addr_gid(local, &target);
+  int best = -1, best_rank = 0;
+  struct ibv_gid_entry e, best_e;
+  for (int i = 0; i < pa->gid_tbl_len; i++) {
+    if (want >= 0 && i != want) continue;
+    if (R2S_V(_ibv_query_gid_ex)(d->ctx, port, (uint32_t)i, &e, 0, sizeof e) != 0) continue;
+    /* R2SOCK_GID_INDEX takes the entry as it is; otherwise the address
+     * decides, and RoCE v2 (routable, UDP) is preferred over v1. */
+    int rank = want >= 0 ? 3 : !have_target || memcmp(e.gid.raw, target.raw, 16) != 0 ? 0
+                                : e.gid_type == IBV_GID_TYPE_ROCE_V2                  ? 2
+                                                                                        : 1;
+    if (rank > best_rank) best = i, best_rank = rank, best_e = e;
+  }
+  if (best < 0) return false;
+  out->dev = d;
+  out->port = port;
+  out->gid_index = best;
+  out->gid = best_e.gid;
+  out->lid = pa->lid;
+  out->mtu = pa->active_mtu;
+  out->roce = !ib;
+  return true;
+}
+
+int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *out)
+{
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (r2s__verbs_load() < 0) return -ENOENT;
+  pthread_once(&once, register_fork);
+  pthread_mutex_lock(&devs_lock);
+  int n = 0, rc = -ENODEV;
+  struct ibv_device **list = R2S_V(ibv_get_device_list)(&n);
+  for (int i = 0; list && i < n && rc < 0; i++) {
+    const char *name = R2S_V(ibv_get_device_name)(list[i]);
+    if (r2s__opt.device && strcmp(r2s__opt.device, name) != 0) continue;
+    r2s_rdma_dev_t *d = get_dev(list[i]);
+    if (!d) continue;
+    for (uint8_t p = 1; p <= d->attr.phys_port_cnt && rc < 0; p++) {
+      struct ibv_port_attr pa;
+      if (r2s__verbs_query_port(d->ctx, p, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
+      if (match_port(d, p, &pa, local, out)) rc = 0;
+    }
+  }
+  if (list) R2S_V(ibv_free_device_list)(list);
+  pthread_mutex_unlock(&devs_lock);
+  return rc;
+}
