@@ -238,3 +238,31 @@ r2s_stats_check() {
       if (bad) { printf "    %d process(es) with %s < %d\n", bad, key, min; exit 1 }
     }' "$file"
 }
+
+# r2s_stats_share FILE PATH PCT: in every process of FILE (its last line),
+# bytes_PATH_tx + bytes_PATH_rx is at least PCT % of all its payload bytes
+# (bytes_*_tx + bytes_*_rx). Prints each process's share.
+r2s_stats_share() {
+  local file=$1 path=$2 pct=$3
+  [ -s "$file" ] || { say "no stats in $file"; return 1; }
+  awk -v path="$path" -v pct="$pct" '
+    match($0, /r2sock\[[0-9]+\] stats:/) {
+      pid = substr($0, RSTART + 7, RLENGTH - 7); sub(/\].*/, "", pid)
+      on[pid] = 0; all[pid] = 0
+      nf = split(substr($0, RSTART + RLENGTH), kv, /[ \t]+/)
+      for (i = 1; i <= nf; i++) {
+        if (split(kv[i], p, "=") != 2 || p[1] !~ /^bytes_[a-z]+_(tx|rx)$/) continue
+        all[pid] += p[2]
+        if (p[1] ~ "^bytes_" path "_") on[pid] += p[2]
+      }
+    }
+    END {
+      bad = 0
+      for (pid in all) {
+        s = all[pid] ? 100 * on[pid] / all[pid] : 0
+        printf "    pid %s: %.1f %% of %d payload bytes over %s\n", pid, s, all[pid], path
+        if (s < pct) bad++
+      }
+      exit bad ? 1 : 0
+    }' "$file"
+}

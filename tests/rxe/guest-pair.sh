@@ -5,10 +5,13 @@
 #   2. ib_write_bw b -> a over RoCEv2 moves data (bandwidth > 0, a's rxe0
 #      received and b's sent thousands of packets)
 #   3. iperf3 b -> a without the shim (baseline figure), then with
-#      LD_PRELOAD=$R2SOCK_LIB on both ends: iperf3 succeeds and each side's
-#      process reports conn_seen >= 1. Skipped when R2SOCK_LIB is empty.
-# rxe0's counters are printed around each step; once the shim has an RDMA
-# transport, step 3 can assert with rxe_expect that the payload crossed rxe0.
+#      LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto on both ends and the
+#      default transport choice: two hosts, so RDMA. Each side's process
+#      upgraded both connections to RDMA (conn_rdma >= 2), >= 90 % of its
+#      payload went over RDMA, and rxe0 carried it (packet counters).
+#   4. the stream checker across the hosts, both directions at once, bytes
+#      verified, over RDMA.
+# Skipped (3, 4) when R2SOCK_LIB is empty.
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
 SRV=10.77.1.1
@@ -48,9 +51,18 @@ else
   stats=/xfer/stats.$ROLE  # one file per guest: two 9p clients must not append to one file
   rm -f "$stats"
   rxe_snap shim
-  iperf_pair iperf3_shim LD_PRELOAD="$R2SOCK_LIB" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$stats"
+  iperf_pair iperf3_shim LD_PRELOAD="$R2SOCK_LIB" R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE="$stats"
   rxe_delta shim
   say "stats written by the shim:"; sed 's/^/    /' "$stats" 2>/dev/null
-  step "shim stats: conn_seen >= 1" r2s_stats_check "$stats" 1 conn_seen 1
+  step "iperf3: both connections upgraded to RDMA" r2s_stats_check "$stats" 1 conn_rdma 2
+  step "iperf3: >= 90 % of the payload over RDMA" r2s_stats_share "$stats" rdma 90
+  if [ "$ROLE" = a ]; then rxe_expect shim rcvd_pkts 1000; else rxe_expect shim sent_pkts 1000; fi
+
+  sc=${R2SOCK_BUILD:-}/tests/progs/stream_check
+  rm -f "$stats.sc"
+  env="env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=$stats.sc"
+  xpair stream 7000 "$env $sc server --host $SRV --port 7000 --once --timeout 90" \
+    "$env $sc client --host $SRV --port 7000 --bytes 16M --bidir --timeout 90"
+  step "stream checker: upgraded to RDMA" r2s_stats_check "$stats.sc" 1 conn_rdma 1
 fi
 finish

@@ -1,21 +1,26 @@
 #!/bin/bash
 # rxe.smoke, inside ONE guest (scripts/rxe/run-guest): the Soft-RoCE device
-# works, then programs run under the shim.
+# works, then real programs run under the shim over RDMA.
 #   1. rxe0 exists (ibv_devices, rdma link) and its port is PORT_ACTIVE
 #   2. ib_write_bw over RoCEv2 (GID index 1 = IPv4), loopback to 10.77.0.1,
 #      moves data (bandwidth > 0 and rxe0's packet counters grew)
-#   3. iperf3 without the shim (baseline figure), then with
-#      LD_PRELOAD=$R2SOCK_LIB on both ends: iperf3 succeeds and both processes
-#      report conn_seen >= 1 in R2SOCK_STATS_FILE. Skipped when R2SOCK_LIB is
-#      empty (library not built yet).
-# Both ends are in one guest, i.e. one host: once the shim has transports it
-# will pick shared memory here, so assertions that payload crossed rxe0 belong
-# in the pair test (or need a knob that forces RDMA).
+#   3. under LD_PRELOAD=$R2SOCK_LIB with R2SOCK_TRANSPORT=rdma (both ends are
+#      in this one guest, where `auto` would pick shared memory): the stream
+#      checker (3 I/O styles x plain/bidir/half-close, bytes verified),
+#      iperf3 (default, -R, --bidir, -P 4, -Z), sockperf ping-pong,
+#      redis-benchmark; each asserts from the stats that every process
+#      upgraded its connections to RDMA (conn_rdma) and moved its payload
+#      there, and from rxe0's counters that the packets crossed the device
+#   4. R2SOCK_TRANSPORT=auto on the same host picks shared memory
+#   5. a fault: the client is killed mid-transfer; the server ends (EOF or
+#      ECONNRESET) within a bound, with no hang
+# Skipped (3-5) when R2SOCK_LIB is empty (library not built).
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
 IP=$MY_IP
 DUR=${R2SOCK_RXE_DUR:-3}        # seconds per bandwidth run
 PERF="-d rxe0 -x 1 -F --report_gbits -p 18515 -D $DUR"
+SC=${R2SOCK_BUILD:-}/tests/progs/stream_check
 
 has_rxe0() { ibv_devices | grep -qw rxe0 && rdma link show rxe0/1 | grep -q 'state ACTIVE'; }
 step "rxe0 exists" has_rxe0 && rdma link show
@@ -33,26 +38,98 @@ rxe_delta bw
 rxe_expect bw sent_pkts 1000
 rxe_expect bw rcvd_pkts 1000
 
-iperf_pair() { # NAME ENV...: iperf3 server and client, both with ENV
-  local name=$1; shift
-  local envs=""
-  [ $# -gt 0 ] && envs="env$(printf ' %q' "$@") "
-  serve_and_connect "$name" 5201 "${envs}iperf3 -s -1 -B $IP -p 5201" \
-    "${envs}iperf3 -c $IP -p 5201 -t $DUR -f m" || return 1
-  say "$name: $(iperf3_rate "$LOGDIR/$name.client.log") Mbit/s"
-}
-iperf_pair iperf3_plain
-
 if [ -z "${R2SOCK_LIB:-}" ]; then
-  skip "iperf3 under the shim" "R2SOCK_LIB is empty (libr2sock.so not built); only the RDMA part ran"
+  skip "programs under the shim" "R2SOCK_LIB is empty (libr2sock.so not built); only the RDMA part ran"
+  finish
 elif [ ! -r "$R2SOCK_LIB" ]; then
   fail "R2SOCK_LIB=$R2SOCK_LIB does not exist (build the r2sock target first)"
-else
-  rm -f /xfer/stats
-  rxe_snap shim
-  iperf_pair iperf3_shim LD_PRELOAD="$R2SOCK_LIB" R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats
-  rxe_delta shim
-  say "stats written by the shim:"; sed 's/^/    /' /xfer/stats 2>/dev/null
-  step "shim stats: conn_seen >= 1 in server and client" r2s_stats_check /xfer/stats 2 conn_seen 1
+  finish
 fi
+
+RDMA_ENV="LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1"
+
+# rdma_case NAME PORT CONNS SHARE MINPKTS 'server cmd' 'client cmd': both
+# ends under the shim with RDMA forced. Asserts that both processes upgraded
+# >= CONNS connections each to RDMA, that >= SHARE % of each one's payload
+# went over RDMA (the first bytes of a connection travel over TCP until the
+# peer's queue pair is ready), and that rxe0 carried >= MINPKTS packets each
+# way.
+rdma_case() {
+  local name=$1 port=$2 conns=$3 share=$4 minpkts=$5 srv=$6 cli=$7 st=/xfer/stats.$1
+  rm -f "$st"
+  rxe_snap "$name"
+  serve_and_connect "$name" "$port" "env $RDMA_ENV R2SOCK_STATS_FILE=$st $srv" \
+    "env $RDMA_ENV R2SOCK_STATS_FILE=$st $cli"
+  rxe_delta "$name"
+  rxe_expect "$name" sent_pkts "$minpkts"
+  rxe_expect "$name" rcvd_pkts "$minpkts"
+  step "$name: both processes upgraded to RDMA" r2s_stats_check "$st" 2 conn_rdma "$conns"
+  step "$name: >= $share % of the payload over RDMA" r2s_stats_share "$st" rdma "$share"
+}
+
+for mode in block nonblock-epoll-et poll; do
+  for flags in "" --bidir --halfclose; do
+    # 8 MiB is short: under TCG the first 1-5 MiB go over TCP while the
+    # queue pairs connect (more when both directions send at once)
+    rdma_case "stream-$mode${flags:+-${flags#--}}" 7000 1 20 100 \
+      "$SC server --host $IP --port 7000 --mode $mode --once --timeout 60" \
+      "$SC client --host $IP --port 7000 --mode $mode --bytes 8M --timeout 60 $flags"
+  done
+done
+
+for v in "default:" "reverse:-R" "bidir:--bidir" "parallel:-P 4" "zerocopy:-Z"; do
+  conns=2; [ "${v%%:*}" = parallel ] && conns=5  # the control connection and the data ones
+  rdma_case "iperf3-${v%%:*}" 5201 $conns 90 1000 "iperf3 -s -1 -B $IP -p 5201" \
+    "iperf3 -c $IP -p 5201 -t $DUR -f m ${v#*:}"
+  say "iperf3 ${v#*:} over RDMA: $(iperf3_rate "$LOGDIR/iperf3-${v%%:*}.client.log") Mbit/s"
+done
+
+# sockperf's server runs until SIGINT (then it exits normally: stats written)
+rdma_case sockperf 11111 1 50 1000 "sockperf sr --tcp -i $IP -p 11111" \
+  "sockperf pp --tcp -i $IP -p 11111 -t $DUR -m 64 --mps 10000000; pkill -INT -x sockperf"
+say "sockperf over RDMA: $(grep -o 'percentile 50.000 = *[0-9.]*' "$LOGDIR/sockperf.client.log")"
+
+cat > /tmp/redis.conf <<EOF
+bind $IP
+port 6380
+protected-mode no
+save ""
+appendonly no
+daemonize no
+EOF
+# redis-cli stops the server afterwards (under the shim, without stats)
+rdma_case redis 6380 4 50 1000 "redis-server /tmp/redis.conf" \
+  "redis-benchmark -h $IP -p 6380 -n 5000 -c 4 -t set,get -q;
+   env $RDMA_ENV R2SOCK_STATS=0 redis-cli -h $IP -p 6380 shutdown nosave"
+step "redis-benchmark reported rates" grep -q 'requests per second' "$LOGDIR/redis.client.log"
+
+# The same host with the default choice: shared memory, not RDMA.
+rm -f /xfer/stats.auto
+serve_and_connect auto-shm 7001 \
+  "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC server --host $IP --port 7001 --once --timeout 60" \
+  "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC client --host $IP --port 7001 --bytes 4M --timeout 60"
+step "auto on one host picks shared memory" r2s_stats_check /xfer/stats.auto 2 conn_shm 1
+
+# Fault: kill -9 the client mid-transfer. The server must end by itself
+# (EOF or ECONNRESET: stream_check exits 1 on a short stream) within a
+# generous bound, never hang; the time it took is printed. Timed with bash
+# builtins only: every fork costs milliseconds under TCG.
+rm -f /xfer/stats.fault
+env $RDMA_ENV R2SOCK_STATS_FILE=/xfer/stats.fault $SC server --host $IP --port 7002 --once --timeout 60 \
+  > "$LOGDIR/fault.server.log" 2>&1 &
+spid=$!
+wait_listen 7002 30 "$spid"
+env $RDMA_ENV $SC client --host $IP --port 7002 --bytes 4G --timeout 60 > "$LOGDIR/fault.client.log" 2>&1 &
+cpid=$!
+sleep 3  # well into the transfer: the upgrade takes a few round trips
+exec {tick}<> <(:)
+kill -9 "$cpid"
+t0=$EPOCHREALTIME
+while kill -0 "$spid" 2>/dev/null && (( ${EPOCHREALTIME%.*} - ${t0%.*} < 10 )); do read -rt 0.01 -u "$tick" _; done
+t1=$EPOCHREALTIME
+wait_pid "$spid" 5
+say "fault: the server ended $(echo "$t1 - $t0" | bc) s after the client was killed (rc $WRC)"
+sed 's/^/    server| /' "$LOGDIR/fault.server.log" | tail -n 3
+step "fault: the server ended by itself with EOF or a reset (rc 1), no hang" test "$WRC" = 1
+step "fault: the server had upgraded to RDMA" r2s_stats_check /xfer/stats.fault 1 conn_rdma 1
 finish
