@@ -1,16 +1,10 @@
 #!/bin/bash
 # The README's options table lists exactly the options the library has.
 set -euo pipefail
-# shellcheck source=tests/unit/preload-env.sh
-source "$(dirname "$0")/preload-env.sh"
+# shellcheck source=tests/unit/doc-lists.sh
+source "$(dirname "$0")/doc-lists.sh"
 lib=$1 readme=$2
-r2s_preload_for "$lib"
-code=$(LD_PRELOAD="$preload" R2SOCK_VERBOSE=1 /bin/true 2>&1 | sed -n 's/.*option \(R2SOCK_[A-Z_]*\) .*/\1/p' | sort)
+code=$(r2s_library_options "$lib")
 doc=$(sed -n '/^### Options/,/^### /p' "$readme" | sed -n 's/^| `\(R2SOCK_[A-Z_]*\)`.*/\1/p' | sort)
-[ -n "$code" ] || { echo "the library printed no options"; exit 1; }
-if [ "$code" != "$doc" ]; then
-  echo "README options table differs from the library (< library, > README):"
-  diff <(echo "$code") <(echo "$doc") || true
-  exit 1
-fi
+r2s_same_list "README options table" "$code" "$doc"
 echo "readme_options: $(echo "$code" | wc -l) options, README matches"
