@@ -108,6 +108,8 @@ static int urgent_peek(int fd)
  * every write at first, then at doubling intervals capped at 64 writes, so
  * a plain peer costs one extra system call per 64 writes at most, and bytes
  * sent before a shim peer is noticed stay few. */
+#define PROBE_BYTES (256u << 10)
+
 static uint64_t next_probe(uint64_t writes)
 {
   if (writes < 16) return writes + 1;
@@ -654,6 +656,10 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
   int mark = at_mark(fd);
   if (mark < 0) return mark;
   int urg = (mark || n <= 0 || l->rx_state == R2S_RX_PROBE) ? urgent_peek(fd) : -EINVAL;
+  /* A reset connection keeps its unread bytes but loses its urgent byte
+   * (ENOTCONN): whether they are frames can no longer be known, so none of
+   * them may reach the application as data. */
+  if (urg < 0 && urg != -EINVAL && urg != -EAGAIN) return urg == -ENOTCONN ? -ECONNRESET : urg;
   if (urg >= 0 && urg != R2S_HELLO_BYTE && urg != R2S_SWITCH_BYTE) {
     /* Urgent data that is not ours: the peer application uses it. */
     peer_is_plain(l, fd, R2S_REASON_APP_OOB);
@@ -961,10 +967,13 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         n = rc;
         break;
       }
-      /* The peer's handshake may be waiting unread on our side. Looked for
-       * at doubling intervals, so a peer that never sends one costs little. */
-      if (awaits_peer_locked(l) && ++l->tx_writes >= l->tx_probe_at) {
+      /* The peer's handshake (or READY) may be waiting unread on our side.
+       * Looked for at doubling intervals, so a peer that never sends one
+       * costs little, and at least every PROBE_BYTES, so large writes do
+       * not run on over TCP long after the ring is ready. */
+      if (awaits_peer_locked(l) && (++l->tx_writes >= l->tx_probe_at || l->tx_frame_bytes >= PROBE_BYTES)) {
         l->tx_probe_at = next_probe(l->tx_writes);
+        l->tx_frame_bytes = 0;
         pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
         pump_from_sender(l, fd);
         pthread_mutex_lock(&l->tx_lock);
@@ -973,6 +982,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       try_ring_tx(l, fd);
       if (l->tx_state == R2S_TX_RING) continue;
       n = tx_frames(l, fd, iov, cnt, flags);
+      if (n > 0) l->tx_frame_bytes += (uint64_t)n;
       break;
     }
     case R2S_TX_RING: {

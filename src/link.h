@@ -72,6 +72,7 @@ struct r2s_link_s {
   /* send side (tx_lock) */
   uint64_t tx_writes, tx_probe_at;         /* when to look for the peer's hello/handshake next */
   uint64_t tx_plain_bytes;                 /* sent over plain TCP before the switch */
+  uint64_t tx_frame_bytes;                 /* sent in DATA frames since the last probe */
   bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
   int tcp_reason;                          /* r2s_reason_t once a direction settled on TCP */
   void (*on_upgrade)(void *arg, int path); /* first direction into a ring */

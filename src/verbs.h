@@ -42,6 +42,8 @@
   X(ibv_modify_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int))                                        \
   X(ibv_query_qp, int, (struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *))              \
   X(ibv_destroy_qp, int, (struct ibv_qp *))                                                                  \
+  X(ibv_get_async_event, int, (struct ibv_context *, struct ibv_async_event *))                              \
+  X(ibv_ack_async_event, void, (struct ibv_async_event *))                                                   \
   X(ibv_wc_status_str, const char *, (enum ibv_wc_status))
 
 typedef struct r2s_verbs_s {

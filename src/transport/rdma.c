@@ -160,7 +160,12 @@ static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline
       fail_qp(st, "send queue stuck");
       return -ECONNRESET;
     }
-    if (spins > 64) sched_yield();
+    /* The queue frees within a round trip; past a few polls, let the
+     * CPU go (on a small machine the NIC, or Soft-RoCE, needs it). */
+    if (spins > 64) {
+      struct timespec ts = {0, spins > 1024 ? 200000 : 10000};
+      nanosleep(&ts, NULL);
+    }
   }
 }
 
@@ -273,6 +278,8 @@ static int to_init(r2s_tp_state_t *st)
   return R2S_V(ibv_modify_qp)(st->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
+static int warned_no_resources;
+
 static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)
 {
   r2s_rdma_port_t port;
@@ -311,6 +318,7 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
       .recv_cq = st->rcq,
       .cap = {.max_send_wr = SQ_DEPTH, .max_recv_wr = RQ_DEPTH, .max_send_sge = 1, .max_recv_sge = 1,
               .max_inline_data = WANT_INLINE},
+      .qp_context = st, /* for the asynchronous events (rdma_dev.c) */
       .qp_type = IBV_QPT_RC,
       .sq_sig_all = 0,
   };
@@ -351,7 +359,13 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
 err_errno:
   rc = errno ? -errno : -ENOMEM;
 err:
-  r2s__warn("RDMA: no %s for this connection (%s): it stays on TCP", what, strerror(-rc));
+  r2s__rdma_dev_put(port.dev);
+  /* Once per process at warning level: a memlock limit hits every
+   * connection alike, and the stats count each one. */
+  if (__atomic_exchange_n(&warned_no_resources, 1, __ATOMIC_RELAXED) == 0)
+    r2s__warn("RDMA: no %s for a connection (%s): such connections stay on TCP", what, strerror(-rc));
+  else
+    r2s__debug("RDMA: no %s for this connection (%s): it stays on TCP", what, strerror(-rc));
   destroy(st);
   free_state(st);
   return rc;
@@ -588,6 +602,11 @@ static bool rdma_peer_tx_closed(r2s_tp_state_t *st)
 
 /* ---- the progress thread's side ---- */
 
+void r2s__rdma_on_fatal(r2s_tp_state_t *st, const char *why)
+{
+  if (!foreign(st)) fail_qp(st, why);
+}
+
 void r2s__rdma_on_event(r2s_tp_state_t *st)
 {
   if (foreign(st)) return;
@@ -664,6 +683,7 @@ static void rdma_release(r2s_tp_state_t *st)
     r2s__rdma_drain(st, (uint64_t)r2s__now_ns() + 1000000000u);
     r2s__rdma_untrack(st);
     destroy(st);
+    r2s__rdma_dev_put(st->port.dev);
   }
   /* In a fork child the verbs objects are the parent's: only our copies
    * of the memory go. */

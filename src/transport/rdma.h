@@ -10,7 +10,11 @@
  *    R2SOCK_GID_INDEX when set; on InfiniBand, the first active port of the
  *    device (R2SOCK_DEVICE picks which) with its LID. Returns 0 or -ENODEV
  *    (no such device, none up, no GID for the address), -ENOENT (no
- *    libibverbs). The device is opened once per process and stays open.
+ *    libibverbs). On success it holds a reference on port.dev for the
+ *    caller, dropped with r2s__rdma_dev_put(). A device is opened once per
+ *    process and closed by its progress thread once nothing has held it
+ *    for 2 s (a process must not keep a device open that the
+ *    administrator removes: the kernel waits for it).
  *  - After fork() a child never touches its parent's verbs objects (they
  *    live in a file description both share): devices are per process
  *    (the child opens its own), and r2s__rdma_fork_gen changes in the
@@ -18,9 +22,11 @@
  *    not its own.
  *  - Each connection registers its state with r2s__rdma_track(); the
  *    progress thread of its device then calls r2s__rdma_on_event(st) for
- *    every completion event of the state's receive CQ. r2s__rdma_untrack()
- *    returns only once the thread is done with the state, so the state
- *    may then be freed.
+ *    every completion event of the state's receive CQ, and
+ *    r2s__rdma_on_fatal(st) when its queue pair or its device fails (the
+ *    device's asynchronous events). r2s__rdma_untrack() returns only once
+ *    the thread is done with the state; after destroying its verbs
+ *    objects the state drops its device reference.
  */
 #ifndef R2S_TRANSPORT_RDMA_H
 #define R2S_TRANSPORT_RDMA_H
@@ -42,6 +48,12 @@ struct r2s_rdma_dev_s {
   char name[64];
   unsigned gen; /* r2s__rdma_fork_gen when opened */
   r2s_rdma_dev_t *next;
+  /* live_lock (rdma_dev.c): a device that died (DEVICE_FATAL) is closed
+   * once its progress thread stopped and its last connection is gone, so
+   * that the kernel can finish removing it */
+  int nstates;        /* references: port_for() until dev_put() */
+  int64_t idle_since; /* when nstates last fell to 0 */
+  bool dead, thread_done;
 };
 
 typedef struct r2s_rdma_port_s {
@@ -60,9 +72,12 @@ int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *ou
 
 void r2s__rdma_track(r2s_tp_state_t *st, r2s_rdma_dev_t *dev);
 void r2s__rdma_untrack(r2s_tp_state_t *st);
+void r2s__rdma_dev_put(r2s_rdma_dev_t *dev);
 
 /* In rdma.c: one completion event of st's receive CQ (progress thread). */
 void r2s__rdma_on_event(r2s_tp_state_t *st);
+/* In rdma.c: the queue pair or the device failed (progress thread). */
+void r2s__rdma_on_fatal(r2s_tp_state_t *st, const char *why);
 /* In rdma.c: at exit, waits (until deadline_ns) for st's posted sends. */
 void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns);
 

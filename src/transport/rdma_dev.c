@@ -9,13 +9,16 @@
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../clock.h"
 #include "../init.h"
+#include "../libc.h"
 #include "../log.h"
 #include "../options.h"
 
@@ -23,15 +26,23 @@ unsigned r2s__rdma_fork_gen;
 
 static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
 static r2s_rdma_dev_t *devs;
+/* A host without RDMA devices answers the same for a while: connections
+ * to other hosts should not each pay for a scan of sysfs. */
+#define NO_DEVICE_RECHECK_NS 5000000000ll
+static int64_t no_device_until;
 
 /* The states the progress threads may look at (see untrack). */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t live_idle = PTHREAD_COND_INITIALIZER;
-static r2s_tp_state_t **live;
+typedef struct live_s {
+  r2s_tp_state_t *st;
+  r2s_rdma_dev_t *dev;
+} live_t;
+static live_t *live;
 static size_t nlive, live_cap;
 #define MAX_THREADS 8
 static r2s_tp_state_t *busy[MAX_THREADS]; /* what each progress thread is handling */
-static int nthreads;
+static bool slot_used[MAX_THREADS];
 
 static void fork_child(void)
 {
@@ -42,8 +53,9 @@ static void fork_child(void)
   pthread_mutex_init(&live_lock, NULL);
   pthread_cond_init(&live_idle, NULL);
   devs = NULL;
+  no_device_until = 0;
   nlive = 0;
-  nthreads = 0;
+  memset(slot_used, 0, sizeof slot_used);
   memset(busy, 0, sizeof busy);
 }
 
@@ -54,16 +66,111 @@ static void register_fork(void)
 
 /* ---- the progress thread ---- */
 
+static void free_slot(int slot)
+{
+  pthread_mutex_lock(&live_lock);
+  slot_used[slot] = false;
+  pthread_mutex_unlock(&live_lock);
+}
+
 typedef struct progress_s {
-  struct ibv_comp_channel *chan;
+  r2s_rdma_dev_t *dev;
   int slot;
 } progress_t;
 
 static r2s_tp_state_t *find_live(const void *p)
 {
   for (size_t i = 0; i < nlive; i++)
-    if (live[i] == p) return live[i];
+    if (live[i].st == p) return live[i].st;
   return NULL;
+}
+
+static void close_dev(r2s_rdma_dev_t *d);
+
+/* Runs fn(st) for the tracked state p, marked busy (see untrack). */
+static void with_live(int slot, const void *p, void (*fn)(r2s_tp_state_t *, const char *), const char *why)
+{
+  pthread_mutex_lock(&live_lock);
+  r2s_tp_state_t *st = find_live(p);
+  busy[slot] = st;
+  pthread_mutex_unlock(&live_lock);
+  if (!st) return;
+  fn(st, why);
+  pthread_mutex_lock(&live_lock);
+  busy[slot] = NULL;
+  pthread_cond_broadcast(&live_idle);
+  pthread_mutex_unlock(&live_lock);
+}
+
+static void on_cq_event(r2s_tp_state_t *st, const char *why)
+{
+  (void)why;
+  r2s__rdma_on_event(st);
+}
+
+/* The device went away (DEVICE_FATAL: unplugged, `rdma link delete`):
+ * every connection on it ends, and the device is closed with the last of
+ * them, or the kernel would wait for this process forever. */
+static void device_died(r2s_rdma_dev_t *d)
+{
+  r2s__warn("RDMA device %s failed: its connections are reset", d->name);
+  pthread_mutex_lock(&devs_lock);
+  for (r2s_rdma_dev_t **pp = &devs; *pp; pp = &(*pp)->next)
+    if (*pp == d) {
+      *pp = d->next;
+      break;
+    }
+  pthread_mutex_unlock(&devs_lock);
+  pthread_mutex_lock(&live_lock);
+  d->dead = true;
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i].dev == d) r2s__rdma_on_fatal(live[i].st, "the device failed");
+  d->thread_done = true;
+  bool close_now = d->nstates == 0;
+  pthread_mutex_unlock(&live_lock);
+  if (close_now) close_dev(d);
+}
+
+/* Returns false once the device died and the thread must stop. */
+static bool on_async_event(progress_t *pr)
+{
+  struct ibv_async_event ev;
+  if (R2S_V(ibv_get_async_event)(pr->dev->ctx, &ev) != 0) return true;
+  enum ibv_event_type t = ev.event_type;
+  void *qp_ctx = (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR)
+                     ? ev.element.qp->qp_context
+                     : NULL;
+  R2S_V(ibv_ack_async_event)(&ev);
+  if (qp_ctx) with_live(pr->slot, qp_ctx, r2s__rdma_on_fatal, "the queue pair failed");
+  if (t != IBV_EVENT_DEVICE_FATAL) return true;
+  device_died(pr->dev);
+  return false;
+}
+
+/* Once a second: a device nobody has held for IDLE_CLOSE_NS is closed.
+ * Returns false when the thread must stop (the device is closed). */
+#define IDLE_CLOSE_NS 2000000000ll
+static bool tick(progress_t *pr)
+{
+  r2s_rdma_dev_t *d = pr->dev;
+  /* devs_lock first: port_for() takes references under it */
+  pthread_mutex_lock(&devs_lock);
+  pthread_mutex_lock(&live_lock);
+  bool idle = d->nstates == 0 && r2s__now_ns() - d->idle_since > IDLE_CLOSE_NS;
+  if (idle) {
+    for (r2s_rdma_dev_t **pp = &devs; *pp; pp = &(*pp)->next)
+      if (*pp == d) {
+        *pp = d->next;
+        break;
+      }
+    d->thread_done = true;
+  }
+  pthread_mutex_unlock(&live_lock);
+  pthread_mutex_unlock(&devs_lock);
+  if (!idle) return true;
+  r2s__debug("RDMA device %s closed (unused)", d->name);
+  close_dev(d);
+  return false;
 }
 
 static void *progress_main(void *arg)
@@ -71,40 +178,46 @@ static void *progress_main(void *arg)
   progress_t pr = *(progress_t *)arg;
   free(arg);
   r2s__in_shim++; /* its socket calls (doorbells) are the shim's own */
+  struct pollfd fds[2] = {{pr.dev->chan->fd, POLLIN, 0}, {pr.dev->ctx->async_fd, POLLIN, 0}};
+  int64_t next_tick = r2s__now_ns() + 1000000000ll;
   for (;;) {
+    int64_t wait_ms = (next_tick - r2s__now_ns()) / 1000000;
+    int rc = r2s__libc.poll(fds, 2, wait_ms < 0 ? 0 : (int)wait_ms);
+    if (rc < 0 && errno != EINTR) {
+      r2s__warn("RDMA progress thread stops: %s", strerror(errno));
+      break;
+    }
+    if (r2s__now_ns() >= next_tick) {
+      next_tick = r2s__now_ns() + 1000000000ll;
+      if (!tick(&pr)) break;
+    }
+    if (rc <= 0) continue;
+    if ((fds[1].revents & POLLIN) && !on_async_event(&pr)) break;
+    if (!(fds[0].revents & POLLIN)) continue;
     struct ibv_cq *cq;
     void *ctx;
-    if (R2S_V(ibv_get_cq_event)(pr.chan, &cq, &ctx) < 0) {
-      if (errno == EINTR) continue;
-      r2s__warn("RDMA progress thread stops: %s", strerror(errno));
-      return NULL;
-    }
+    if (R2S_V(ibv_get_cq_event)(pr.dev->chan, &cq, &ctx) < 0) continue;
     /* Acknowledged before the state is looked up: destroying a CQ waits
      * for its events' acknowledgements, and its owner may be doing that
      * right now while holding on to nothing we need. */
     R2S_V(ibv_ack_cq_events)(cq, 1);
-    pthread_mutex_lock(&live_lock);
-    r2s_tp_state_t *st = find_live(ctx);
-    busy[pr.slot] = st;
-    pthread_mutex_unlock(&live_lock);
-    if (!st) continue;
-    r2s__rdma_on_event(st);
-    pthread_mutex_lock(&live_lock);
-    busy[pr.slot] = NULL;
-    pthread_cond_broadcast(&live_idle);
-    pthread_mutex_unlock(&live_lock);
+    with_live(pr.slot, ctx, on_cq_event, NULL);
   }
+  free_slot(pr.slot);
+  return NULL;
 }
 
-static int start_progress(struct ibv_comp_channel *chan)
+static int start_progress(r2s_rdma_dev_t *dev)
 {
   pthread_mutex_lock(&live_lock);
-  int slot = nthreads < MAX_THREADS ? nthreads++ : -1;
+  int slot = -1;
+  for (int i = 0; i < MAX_THREADS && slot < 0; i++)
+    if (!slot_used[i]) slot = i, slot_used[i] = true;
   pthread_mutex_unlock(&live_lock);
   if (slot < 0) return -EMFILE;
   progress_t *pr = malloc(sizeof *pr);
   if (!pr) return -ENOMEM;
-  pr->chan = chan;
+  pr->dev = dev;
   pr->slot = slot;
   pthread_attr_t a;
   pthread_attr_init(&a);
@@ -119,6 +232,7 @@ static int start_progress(struct ibv_comp_channel *chan)
   pthread_attr_destroy(&a);
   if (rc) {
     free(pr);
+    free_slot(slot);
     return -rc;
   }
   return 0;
@@ -126,31 +240,39 @@ static int start_progress(struct ibv_comp_channel *chan)
 
 void r2s__rdma_track(r2s_tp_state_t *st, r2s_rdma_dev_t *dev)
 {
-  (void)dev;
   pthread_mutex_lock(&live_lock);
   if (nlive == live_cap) {
     size_t cap = live_cap ? live_cap * 2 : 64;
-    r2s_tp_state_t **n = realloc(live, cap * sizeof *n);
+    live_t *n = realloc(live, cap * sizeof *n);
     if (n) live = n, live_cap = cap;
   }
   /* Without room the state is simply never woken by its thread: its peer's
    * sleep announcements then go unanswered, and its waits end at the
    * 100 ms slice instead (slow, never stuck). */
-  if (nlive < live_cap) live[nlive++] = st;
+  if (nlive < live_cap) live[nlive++] = (live_t){st, dev};
   pthread_mutex_unlock(&live_lock);
+}
+
+void r2s__rdma_dev_put(r2s_rdma_dev_t *dev)
+{
+  pthread_mutex_lock(&live_lock);
+  bool close_now = --dev->nstates == 0 && dev->dead && dev->thread_done;
+  if (dev->nstates == 0) dev->idle_since = r2s__now_ns();
+  pthread_mutex_unlock(&live_lock);
+  if (close_now) close_dev(dev);
 }
 
 void r2s__rdma_untrack(r2s_tp_state_t *st)
 {
   pthread_mutex_lock(&live_lock);
   for (size_t i = 0; i < nlive; i++)
-    if (live[i] == st) {
+    if (live[i].st == st) {
       live[i] = live[--nlive];
       break;
     }
   for (;;) {
     bool in_use = false;
-    for (int i = 0; i < nthreads; i++) in_use |= busy[i] == st;
+    for (int i = 0; i < MAX_THREADS; i++) in_use |= busy[i] == st;
     if (!in_use) break;
     pthread_cond_wait(&live_idle, &live_lock);
   }
@@ -160,7 +282,7 @@ void r2s__rdma_untrack(r2s_tp_state_t *st)
 void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg)
 {
   pthread_mutex_lock(&live_lock);
-  for (size_t i = 0; i < nlive; i++) fn(live[i], arg);
+  for (size_t i = 0; i < nlive; i++) fn(live[i].st, arg);
   pthread_mutex_unlock(&live_lock);
 }
 
@@ -186,7 +308,7 @@ static r2s_rdma_dev_t *get_dev(struct ibv_device *dev)
   d->gen = r2s__rdma_fork_gen;
   d->ctx = R2S_V(ibv_open_device)(dev);
   if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 || !(d->pd = R2S_V(ibv_alloc_pd)(d->ctx)) ||
-      !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d->chan) < 0) {
+      !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d) < 0) {
     r2s__warn("RDMA device %s: cannot open it (%s)", name, strerror(errno ? errno : EIO));
     close_dev(d);
     return NULL;
@@ -275,6 +397,7 @@ static bool match_port(r2s_rdma_dev_t *d, uint8_t port, const struct ibv_port_at
   return true;
 }
 
+
 int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *out)
 {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -282,7 +405,13 @@ int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *ou
   pthread_once(&once, register_fork);
   pthread_mutex_lock(&devs_lock);
   int n = 0, rc = -ENODEV;
+  int64_t now = r2s__now_ns();
+  if (now < no_device_until) {
+    pthread_mutex_unlock(&devs_lock);
+    return rc;
+  }
   struct ibv_device **list = R2S_V(ibv_get_device_list)(&n);
+  if (!list || n == 0) no_device_until = now + NO_DEVICE_RECHECK_NS;
   for (int i = 0; list && i < n && rc < 0; i++) {
     const char *name = R2S_V(ibv_get_device_name)(list[i]);
     if (r2s__opt.device && strcmp(r2s__opt.device, name) != 0) continue;
@@ -293,6 +422,11 @@ int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *ou
       if (r2s__verbs_query_port(d->ctx, p, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
       if (match_port(d, p, &pa, local, out)) rc = 0;
     }
+  }
+  if (rc == 0) {
+    pthread_mutex_lock(&live_lock);
+    out->dev->nstates++;
+    pthread_mutex_unlock(&live_lock);
   }
   if (list) R2S_V(ibv_free_device_list)(list);
   pthread_mutex_unlock(&devs_lock);

@@ -127,6 +127,16 @@ static void frame_seeds(void)
   save(frame_dir, "decline", b, put_u64(b, sizeof b, R2S_FRAME_DECLINE, ENODEV));
   if (r2s__frame_hdr_put(b, sizeof b, R2S_FRAME_DOORBELL, 0) < 0) die("frame_hdr_put");
   save(frame_dir, "doorbell", b, R2S_FRAME_HDR_LEN);
+  if (r2s__frame_hdr_put(b, sizeof b, R2S_FRAME_READY, 0) < 0) die("frame_hdr_put");
+  save(frame_dir, "ready", b, R2S_FRAME_HDR_LEN);
+
+  /* An RDMA direction: handshake, DATA until the peer's READY, then RING. */
+  n = put_handshake(b, sizeof b, 0, 1);
+  n += put_data(b + n, sizeof b - n, "before ready");
+  if (r2s__frame_hdr_put(b + n, sizeof b - n, R2S_FRAME_READY, 0) < 0) die("frame_hdr_put");
+  n += R2S_FRAME_HDR_LEN;
+  n += put_u64(b + n, sizeof b - n, R2S_FRAME_RING, 0);
+  save(frame_dir, "conversation-rdma", b, n);
 
   /* One direction's whole life after its switch mark. */
   n = put_handshake(b, sizeof b, 1, 1);
