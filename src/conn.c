@@ -262,8 +262,9 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
   }
-  /* The hello goes out now, before any application byte can. */
-  r2s_link_t *l = r2s__link_start(fd);
+  /* The hello goes out now, before any application byte can (an accepted
+   * connection's once the client's has come). */
+  r2s_link_t *l = r2s__link_start(fd, __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER);
   if (!l) {
     c->reason = R2S_REASON_NO_HELLO;
     return;

@@ -80,6 +80,7 @@ struct r2s_link_s {
   uint8_t tx_pending[512]; /* control bytes not yet accepted by the kernel */
   uint32_t tx_pending_len;
   bool tx_shut;
+  bool hello_owed; /* accepted: our hello waits for the peer's (greet_locked) */
 
   /* the transport both directions use once agreed */
   const r2s_transport_t *tp;
@@ -88,8 +89,10 @@ struct r2s_link_s {
 
 /* A link for a freshly established connection, after sending the hello on
  * fd; NULL if the policy says no or the hello could not be sent (the
- * connection then stays plain TCP). */
-r2s_link_t *r2s__link_start(int fd);
+ * connection then stays plain TCP). An accepted connection (accepted:
+ * true) sends its hello only once the peer's has come, so that a plain
+ * client never sees urgent data (docs/protocol.md, "Hello"). */
+r2s_link_t *r2s__link_start(int fd, bool accepted);
 void r2s__link_free(r2s_link_t *l);
 
 /* A link for a socket whose application set SO_OOBINLINE before it was
