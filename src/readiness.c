@@ -67,6 +67,21 @@ static short kernel_events_for(r2s_conn_t *c, short want, short owned)
   return ev;
 }
 
+/* The kernel says readable, but before the peer's switch mark has been
+ * read the bytes may be that mark's HANDSHAKE and frames, which are not
+ * the application's: an application that reads only after being told
+ * "readable" (wrk counts EAGAIN then as a read error) must not be told.
+ * The link reads them first; once it carries the receive direction, its
+ * answer replaces the kernel's POLLIN. Returns the events to report. */
+static short kernel_in(r2s_conn_t *c, int fd, short want, short krev)
+{
+  int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
+  if (!(krev & want & POLLIN) || (rx != R2S_RX_PROBE && rx != R2S_RX_PREMARK)) return krev;
+  r2s__link_pump(c->link, fd);
+  short owned, rev = r2s__link_poll(c->link, fd, POLLIN, &owned);
+  if (!(owned & POLLIN)) return krev; /* still in front of the mark: the application's bytes */
+  return (short)((krev & ~POLLIN) | (rev & POLLIN));
+}
 
 /* True as soon as a carried connection's ring can serve one of its events. */
 static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
@@ -126,7 +141,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
     }
     rc = 0;
     for (nfds_t i = 0; i < n; i++) {
-      if (cs[i]) fds[i].revents = (short)((fds[i].revents & ~own[i]) | lrev[i]);
+      if (cs[i]) fds[i].revents = (short)((kernel_in(cs[i], fds[i].fd, orig[i], fds[i].revents) & ~own[i]) | lrev[i]);
       rc += fds[i].revents != 0;
     }
     if (rc > 0) break;
@@ -374,6 +389,7 @@ static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
           r2s__link_pump_due(c->link); /* the kernel saw bytes: frames to read */
           short rev = r2s__link_poll(c->link, e->fd, want, &owned);
           events = (events & ~(uint32_t)owned) | ((uint32_t)(rev & owned) & e->events);
+          if (!(owned & POLLIN)) events = (uint32_t)(uint16_t)kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
           if (events) e->round = r->round;
         }
       }
