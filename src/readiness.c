@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "fdtable.h"
+#include "frame.h"
 #include "libc.h"
 #include "link.h"
 #include "options.h"
@@ -64,6 +65,9 @@ static short kernel_events_for(r2s_conn_t *c, short want, short owned)
   short ev = (short)(want & ~owned);
   int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
   if (owned && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) ev |= POLLIN;
+  /* The shim's urgent byte hidden: the peer's replaces it with more bytes
+   * (frames, a PLAIN) in front, which wake us to look again. */
+  if (owned & POLLPRI) ev |= POLLIN;
   return ev;
 }
 
@@ -81,6 +85,28 @@ static short kernel_in(r2s_conn_t *c, int fd, short want, short krev)
   short owned, rev = r2s__link_poll(c->link, fd, POLLIN, &owned);
   if (!(owned & POLLIN)) return krev; /* still in front of the mark: the application's bytes */
   return (short)((krev & ~POLLIN) | (rev & POLLIN));
+}
+
+/* POLLPRI is the application's only for its peer's urgent bytes. The peer
+ * shim's own (its hello, its switch mark) would wake an application that
+ * waits on POLLPRI for urgent data to come (oob_peer.py --sync): it then
+ * finds no mark, reads on, and the real urgent byte, arriving later at the
+ * position it reads from, is skipped. So while the receive direction is
+ * not back on plain TCP, a pending urgent byte that is the shim's is read
+ * by the link where it is next (the switch mark and its frames) and not
+ * reported. The peer's application byte, sent only once this end passed
+ * the switch mark (docs/protocol.md, "Urgent data"), replaces it. */
+static bool urgent_is_shims(r2s_conn_t *c, int fd)
+{
+  r2s_link_t *l = c->link;
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN ||
+      __atomic_load_n(&l->rx_plain_pending, __ATOMIC_ACQUIRE))
+    return false;
+  unsigned char b;
+  if (r2s__libc.recv(fd, &b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT) != 1) return false;
+  if (b != R2S_HELLO_BYTE && b != R2S_SWITCH_BYTE) return false;
+  r2s__link_pump(l, fd);
+  return true;
 }
 
 /* True as soon as a carried connection's ring can serve one of its events. */
@@ -126,6 +152,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
     for (nfds_t i = 0; i < n; i++) {
       if (!cs[i]) continue;
       lrev[i] = r2s__link_poll(cs[i]->link, fds[i].fd, orig[i], &own[i]);
+      if ((orig[i] & POLLPRI) && urgent_is_shims(cs[i], fds[i].fd)) own[i] |= POLLPRI;
       lrev[i] &= (short)(own[i] & orig[i]) | POLLERR;
       fds[i].events = (short)(orig[i] & ~own[i]);
     }
@@ -390,6 +417,7 @@ static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
           short rev = r2s__link_poll(c->link, e->fd, want, &owned);
           events = (events & ~(uint32_t)owned) | ((uint32_t)(rev & owned) & e->events);
           if (!(owned & POLLIN)) events = (uint32_t)(uint16_t)kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
+          if ((events & EPOLLPRI) && urgent_is_shims(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
           if (events) e->round = r->round;
         }
       }
