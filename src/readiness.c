@@ -393,11 +393,27 @@ static void unarm_all(ep_reg_t *r)
   pthread_mutex_unlock(&r->lock);
 }
 
+/* An entry already reported in this call (from its link's answer, in
+ * done[0..ndone)) gets the kernel's bits that the link does not own added
+ * to that report, not a second one. Dropping them lost an edge: with
+ * EPOLLET the kernel reports EPOLLOUT once, and an exec'd server whose
+ * link kept reporting EPOLLIN (the peer's end) never learnt that it could
+ * write again (the progs fork-exec stall). */
+static void merge_reported(r2s_conn_t *c, const ep_entry_t *e, uint32_t events, struct epoll_event *done,
+                           int ndone)
+{
+  short owned;
+  (void)r2s__link_poll(c->link, e->fd, (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), &owned);
+  uint32_t extra = events & ~(uint32_t)owned & (e->events | EPOLLERR | EPOLLHUP) & ~(uint32_t)(EPOLLET | EPOLLONESHOT);
+  for (int m = 0; m < ndone && extra; m++)
+    if (done[m].data.u64 == e->data) done[m].events |= extra;
+}
+
 /* Kernel events on a carried connection: for the bits the link owns the
  * kernel saw doorbells or frames, so the link's answer replaces them; the
  * other bits stand. An entry already reported in this call is not
- * reported twice. */
-static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
+ * reported twice (see merge_reported). */
+static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k)
 {
   int out = 0;
   pthread_mutex_lock(&r->lock);
@@ -410,6 +426,7 @@ static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
       if (!c) break;
       if (c == e->conn) {
         if (e->round == r->round) {
+          merge_reported(c, e, events, done, ndone);
           events = 0;
         } else {
           short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
@@ -452,7 +469,7 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
     if (k < 0) return k; /* nothing of ours in this set: the kernel alone */
     if (k > 0) {
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
-      return more < 0 ? k : k + filter(r, ev + k, more);
+      return more < 0 ? k : k + filter(r, ev, k, ev + k, more);
     }
     int ms = slice(deadline);
     k = collect(r, ev, max, true); /* arms, and catches what raced in */
@@ -460,12 +477,12 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
     if (k > 0) {
       unarm_all(r);
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
-      return more < 0 ? k : k + filter(r, ev + k, more);
+      return more < 0 ? k : k + filter(r, ev, k, ev + k, more);
     }
     int n = kernel_epoll(epfd, ev, max, ms, mask);
     unarm_all(r);
     if (n < 0) return n;
-    n = filter(r, ev, n);
+    n = filter(r, ev, 0, ev, n);
     if (n > 0) return n;
     /* Only doorbells (or nothing): look at the links again, unless the
      * time is up. */
