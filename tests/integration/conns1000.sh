@@ -2,15 +2,19 @@
 # 1000 connections at once on 127.0.0.1, both ends under the shim: the
 # stream checker (tests/progs) opens all 1000 client sockets before any byte
 # moves, then one event loop per end moves a checked stream each way on
-# every one. Two phases, each bounded by 25 s:
+# every one, bounded by 25 s.
+#   usage: conns1000.sh default|peer-shim
 #   default:   256 KiB each way with the default policy. Many connections
 #              end before their switch completes (by design they then stay
 #              on TCP frames); what must hold is every byte, while the
 #              server closes 1000 connections together.
+#              Under auto this meets the open gap of README's Limitations
+#              (a late switch reaching a server that has exited): its shm
+#              variant is not registered yet.
 #   peer-shim: 128 KiB each way with R2SOCK_PEER_SHIM=1, so that every
 #              connection switches at establishment: 1000 rings at once.
 #              The shm variant asserts that all 2 x 1000 ends upgraded.
-# Reports (log, peer-shim phase) the peak rings mapped by the client
+# Reports (log, peer-shim) the peak rings mapped by the client
 # (virtual size), its peak shared and total resident memory, and the
 # machine's shared memory in use (/proc/meminfo Shmem, peak minus start:
 # both ends' touched ring pages, plus whatever other processes do
@@ -66,12 +70,17 @@ phase() {
     fail "$name: expected the server to verify all $N connections: $(tail -n 3 "$TMP/sc-$name.log")"
 }
 
+which=${1:?usage: conns1000.sh default|peer-shim}
 shm_snapshot
-phase default 256K
-check_stats conns=$((2 * N)) bytes=$((2 * N * 262144)) procs=2
-log "default: $N connections, every byte verified, conn_shm=$(stats_sum conn_shm) of $((2 * N)) ends"
-mv "$STATS" "$TMP/stats-default"
-
+if [[ $which == default ]]; then
+  phase default 256K
+  check_stats conns=$((2 * N)) bytes=$((2 * N * 262144)) procs=2
+  log "default: $N connections, every byte verified, conn_shm=$(stats_sum conn_shm) of $((2 * N)) ends"
+  shm_check_leaks
+  log PASS
+  exit 0
+fi
+[[ $which == peer-shim ]] || fail "unknown phase '$which'"
 export R2SOCK_PEER_SHIM=1
 phase peer-shim 128K
 log "peer-shim: client peaks: $rings ring mappings of $mapped KiB, RssShmem $shmem KiB, VmRSS $rss KiB;" \
