@@ -123,6 +123,7 @@ void wrap_slow_checks(r2s_conn_t *c, int fd, int flags)
   /* The process that moves bytes on a connection shared by fork() is the
    * one that owns its end (close drains and finishes it there). */
   if (r2s__conn_flags(c) & R2S_CONN_FORKED) r2s__conn_set_flag(c, R2S_CONN_FORKED, false);
+  if (r2s__conn_flags(c) & R2S_CONN_UNSEEN) r2s__conn_take(c);
   if (r2s__conn_flags(c) & R2S_CONN_CONNECTING) {
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;

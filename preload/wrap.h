@@ -50,7 +50,8 @@ static inline r2s_conn_t *wrap_io_lookup(int fd, int flags)
 {
   r2s_conn_t *c = wrap_lookup(fd);
   if (c && __builtin_expect(
-               (r2s__conn_flags(c) & (R2S_CONN_CONNECTING | R2S_CONN_FORKED)) || (flags & MSG_OOB), 0))
+               (r2s__conn_flags(c) & (R2S_CONN_CONNECTING | R2S_CONN_FORKED | R2S_CONN_UNSEEN)) || (flags & MSG_OOB),
+               0))
     wrap_slow_checks(c, fd, flags);
   return c;
 }

@@ -52,13 +52,28 @@ static r2s_reason_t reason_of(const r2s_conn_t *c)
   return c->link ? (r2s_reason_t)r2s__link_reason(c->link) : (r2s_reason_t)c->reason;
 }
 
+static r2s_stat_id_t path_stat(r2s_path_t p)
+{
+  return p == R2S_PATH_RDMA ? R2S_STAT_conn_rdma : R2S_STAT_conn_shm;
+}
+
 /* Counts, once, which path an established connection ended up on: an
  * upgraded one was counted when it upgraded; the rest stayed on TCP, and
- * the reason says why. Inherited connections were counted by their maker. */
+ * the reason says why. A connection shared by fork() or inherited across
+ * exec belongs to the account of the process that moves bytes on it
+ * (README, "process model"): one never used here was never counted here,
+ * and a process that closes its copy without having moved a byte since the
+ * fork hands the connection over, taking back what it had counted. */
 static void classify(r2s_conn_t *c)
 {
   uint32_t f = r2s__conn_flags(c);
-  if (!(f & R2S_CONN_ESTABLISHED) || (f & R2S_CONN_ADOPTED)) return;
+  if (!(f & R2S_CONN_ESTABLISHED) || (f & R2S_CONN_UNSEEN)) return;
+  if (f & R2S_CONN_FORKED) {
+    r2s__stat_add(R2S_STAT_conn_seen, (uint64_t)-1);
+    if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) && r2s__conn_path(c) != R2S_PATH_TCP)
+      r2s__stat_add(path_stat(r2s__conn_path(c)), (uint64_t)-1);
+    return;
+  }
   if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL)) return;
   if (r2s__conn_path(c) != R2S_PATH_TCP) return;
   R2S_STAT_INC(conn_tcp);
@@ -225,14 +240,23 @@ static void on_upgrade(void *arg, int path)
 {
   r2s_conn_t *c = arg;
   __atomic_store_n(&c->path, path, __ATOMIC_RELEASE);
-  if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) == 0)
-    r2s__stat_add(path == R2S_PATH_RDMA ? R2S_STAT_conn_rdma : R2S_STAT_conn_shm, 1);
+  /* Not yet this process's connection: r2s__conn_take() counts the path. */
+  if (r2s__conn_flags(c) & R2S_CONN_UNSEEN) return;
+  if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) == 0) r2s__stat_add(path_stat((r2s_path_t)path), 1);
+}
+
+void r2s__conn_take(r2s_conn_t *c)
+{
+  if (!(__atomic_fetch_and(&c->flags, ~R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL) & R2S_CONN_UNSEEN)) return;
+  R2S_STAT_INC(conn_seen);
+  r2s_path_t p = r2s__conn_path(c);
+  if (p != R2S_PATH_TCP && __atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) == 0) r2s__stat_add(path_stat(p), 1);
 }
 
 void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected)
 {
   if (connected) {
-    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED, __ATOMIC_ACQ_REL);
+    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
     if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
     __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
   }
@@ -263,8 +287,9 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
   }
-  /* The hello goes out now, before any application byte can. */
-  r2s_link_t *l = r2s__link_start(fd);
+  /* The hello goes out now, before any application byte can (an accepted
+   * connection's once the client's has come). */
+  r2s_link_t *l = r2s__link_start(fd, __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER);
   if (!l) {
     c->reason = R2S_REASON_NO_HELLO;
     return;
@@ -306,9 +331,9 @@ void r2s__conn_fork_child(void)
 {
   pthread_mutex_unlock(&pool_lock);
   for (r2s_conn_t *c = live_head; c; c = c->live_next) {
-    /* The parent counted these connections (seen, and their path when it
-     * closes its copy); the child's own account leaves them out. */
-    __atomic_store_n(&c->counted, 1, __ATOMIC_RELAXED);
+    /* In the child's account only once it moves bytes on them (classify). */
+    if (r2s__conn_flags(c) & R2S_CONN_ESTABLISHED) r2s__conn_set_flag(c, R2S_CONN_UNSEEN, true);
+    __atomic_store_n(&c->counted, 0, __ATOMIC_RELAXED);
     for (int p = 0; p < R2S_PATH_COUNT; p++) {
       __atomic_store_n(&c->tx[p], 0, __ATOMIC_RELAXED);
       __atomic_store_n(&c->rx[p], 0, __ATOMIC_RELAXED);

@@ -62,6 +62,7 @@ typedef enum {
 #define R2S_CONN_APP_OOB     0x10u /* the application uses urgent data: never upgrade */
 #define R2S_CONN_OOBINLINE   0x20u /* ... and set SO_OOBINLINE */
 #define R2S_CONN_FORKED      0x40u /* shared with another process since a fork() */
+#define R2S_CONN_UNSEEN      0x80u /* inherited (fork child, exec): not in this account until it moves bytes */
 
 typedef struct r2s_conn_s r2s_conn_t;
 typedef struct r2s_link_s r2s_link_t;
@@ -176,6 +177,10 @@ void r2s__conn_fold_live(void);
  * exec): tracked from now on, on TCP, and counted as adopted, not as seen
  * (its connection was established by the process that made it). */
 void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected);
+
+/* This process moves bytes on a connection it inherited (R2S_CONN_UNSEEN):
+ * from now on its account owns the connection (conn_seen, and the path). */
+void r2s__conn_take(r2s_conn_t *c);
 
 /* pthread_atfork handlers. In the child, inherited connections keep working,
  * but the bytes the parent moved are the parent's, so their counts restart

@@ -182,7 +182,7 @@ static r2s_link_t *link_new(int rx_state, int tx_state)
   return l;
 }
 
-r2s_link_t *r2s__link_start(int fd)
+r2s_link_t *r2s__link_start(int fd, bool accepted)
 {
   static const unsigned char hello = R2S_HELLO_BYTE;
   if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
@@ -190,11 +190,15 @@ r2s_link_t *r2s__link_start(int fd)
    * switch, and then someone must be watching for its mark. */
   r2s_link_t *l = link_new(R2S_RX_PROBE, R2S_TX_PROBE);
   if (!l) return NULL;
+  l->peer_shim = r2s__opt.peer_shim;
+  if (accepted && !l->peer_shim) {
+    l->hello_owed = true;
+    return l;
+  }
   if (k_send(fd, &hello, 1, MSG_OOB) != 1) {
     r2s__link_free(l);
     return NULL;
   }
-  l->peer_shim = r2s__opt.peer_shim;
   return l;
 }
 
@@ -442,11 +446,34 @@ static void send_interlude_locked(r2s_link_t *l, int fd)
   l->interlude_sent = true;
 }
 
+/* An accepting end owes its hello until the peer's has come or its own
+ * first application byte leaves, whichever is first: a client checks its
+ * connect with poll(POLLOUT|POLLPRI), and curl takes the POLLPRI of a
+ * hello that beats that check for a failed connect. A client whose
+ * request shows no hello is plain and never gets one. tx_lock held. If
+ * the hello cannot go before our first byte, the direction stays plain
+ * (the peer, reading bytes at position 0 without a mark, judges us so). */
+static bool greet_locked(r2s_link_t *l, int fd)
+{
+  static const unsigned char hello = R2S_HELLO_BYTE;
+  if (!l->hello_owed) return true;
+  if (l->tx_state != R2S_TX_PROBE) return false;
+  if (l->tx_plain_bytes == 0 && k_send(fd, &hello, 1, MSG_OOB) == 1) {
+    l->hello_owed = false;
+    return true;
+  }
+  /* Still owed, so that no later switch can put a mark behind those bytes. */
+  if (!l->tcp_reason) l->tcp_reason = R2S_REASON_NO_HELLO;
+  if (l->tx_state == R2S_TX_PROBE) set_tx(l, R2S_TX_PLAIN);
+  return false;
+}
+
 /* Sends the switch mark and our HANDSHAKE (with our receive ring); tx_lock
  * held, state PROBE. On failure to offer a ring the direction stays plain. */
 static int switch_tx(r2s_link_t *l, int fd)
 {
   static const unsigned char mark = R2S_SWITCH_BYTE;
+  if (!greet_locked(l, fd)) return -EPROTO;
   r2s_handshake_t hs;
   memset(&hs, 0, sizeof hs);
   hs.version = R2S_PROTO_VERSION;
@@ -673,6 +700,7 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
        * peer may be about to send it a large response (rx_lock held, tx_lock
        * in lock order). */
       pthread_mutex_lock(&l->tx_lock);
+      (void)greet_locked(l, fd);
       if (l->tx_state == R2S_TX_PROBE && policy_allows_switch(l) && !l->closing && switch_tx(l, fd) == 0)
         l->tx_writes = 0, l->tx_probe_at = 1;
       pthread_mutex_unlock(&l->tx_lock);
@@ -957,6 +985,8 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN) {
         set_tx(l, R2S_TX_PLAIN);
         settle_plain(l);
+      } else {
+        (void)greet_locked(l, fd); /* a server that speaks first: the hello goes first */
       }
       n = tx_plain(fd, iov, cnt, flags);
       if (n > 0) l->tx_plain_bytes += (uint64_t)n;

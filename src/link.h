@@ -84,6 +84,7 @@ struct r2s_link_s {
   bool tx_shut;
   bool tp_connected; /* transport connect() done (or not needed) */
   bool ready_owed;   /* READY still to be sent */
+  bool hello_owed;   /* accepted: our hello waits for the peer's (greet_locked) */
 
   /* the transport both directions use once agreed */
   const r2s_transport_t *tp;
@@ -92,8 +93,10 @@ struct r2s_link_s {
 
 /* A link for a freshly established connection, after sending the hello on
  * fd; NULL if the policy says no or the hello could not be sent (the
- * connection then stays plain TCP). */
-r2s_link_t *r2s__link_start(int fd);
+ * connection then stays plain TCP). An accepted connection (accepted:
+ * true) sends its hello only once the peer's has come, so that a plain
+ * client never sees urgent data (docs/protocol.md, "Hello"). */
+r2s_link_t *r2s__link_start(int fd, bool accepted);
 void r2s__link_free(r2s_link_t *l);
 
 /* A link for a socket whose application set SO_OOBINLINE before it was

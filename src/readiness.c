@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "fdtable.h"
+#include "frame.h"
 #include "libc.h"
 #include "link.h"
 #include "options.h"
@@ -64,9 +65,49 @@ static short kernel_events_for(r2s_conn_t *c, short want, short owned)
   short ev = (short)(want & ~owned);
   int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
   if (owned && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) ev |= POLLIN;
+  /* The shim's urgent byte hidden: the peer's replaces it with more bytes
+   * (frames, a PLAIN) in front, which wake us to look again. */
+  if (owned & POLLPRI) ev |= POLLIN;
   return ev;
 }
 
+/* The kernel says readable, but before the peer's switch mark has been
+ * read the bytes may be that mark's HANDSHAKE and frames, which are not
+ * the application's: an application that reads only after being told
+ * "readable" (wrk counts EAGAIN then as a read error) must not be told.
+ * The link reads them first; once it carries the receive direction, its
+ * answer replaces the kernel's POLLIN. Returns the events to report. */
+static short kernel_in(r2s_conn_t *c, int fd, short want, short krev)
+{
+  int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
+  if (!(krev & want & POLLIN) || (rx != R2S_RX_PROBE && rx != R2S_RX_PREMARK)) return krev;
+  r2s__link_pump(c->link, fd);
+  short owned, rev = r2s__link_poll(c->link, fd, POLLIN, &owned);
+  if (!(owned & POLLIN)) return krev; /* still in front of the mark: the application's bytes */
+  return (short)((krev & ~POLLIN) | (rev & POLLIN));
+}
+
+/* POLLPRI is the application's only for its peer's urgent bytes. The peer
+ * shim's own (its hello, its switch mark) would wake an application that
+ * waits on POLLPRI for urgent data to come (oob_peer.py --sync): it then
+ * finds no mark, reads on, and the real urgent byte, arriving later at the
+ * position it reads from, is skipped. So while the receive direction is
+ * not back on plain TCP, a pending urgent byte that is the shim's is read
+ * by the link where it is next (the switch mark and its frames) and not
+ * reported. The peer's application byte, sent only once this end passed
+ * the switch mark (docs/protocol.md, "Urgent data"), replaces it. */
+static bool urgent_is_shims(r2s_conn_t *c, int fd)
+{
+  r2s_link_t *l = c->link;
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN ||
+      __atomic_load_n(&l->rx_plain_pending, __ATOMIC_ACQUIRE))
+    return false;
+  unsigned char b;
+  if (r2s__libc.recv(fd, &b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT) != 1) return false;
+  if (b != R2S_HELLO_BYTE && b != R2S_SWITCH_BYTE) return false;
+  r2s__link_pump(l, fd);
+  return true;
+}
 
 /* True as soon as a carried connection's ring can serve one of its events. */
 static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
@@ -111,6 +152,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
     for (nfds_t i = 0; i < n; i++) {
       if (!cs[i]) continue;
       lrev[i] = r2s__link_poll(cs[i]->link, fds[i].fd, orig[i], &own[i]);
+      if ((orig[i] & POLLPRI) && urgent_is_shims(cs[i], fds[i].fd)) own[i] |= POLLPRI;
       lrev[i] &= (short)(own[i] & orig[i]) | POLLERR;
       fds[i].events = (short)(orig[i] & ~own[i]);
     }
@@ -126,7 +168,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
     }
     rc = 0;
     for (nfds_t i = 0; i < n; i++) {
-      if (cs[i]) fds[i].revents = (short)((fds[i].revents & ~own[i]) | lrev[i]);
+      if (cs[i]) fds[i].revents = (short)((kernel_in(cs[i], fds[i].fd, orig[i], fds[i].revents) & ~own[i]) | lrev[i]);
       rc += fds[i].revents != 0;
     }
     if (rc > 0) break;
@@ -351,11 +393,27 @@ static void unarm_all(ep_reg_t *r)
   pthread_mutex_unlock(&r->lock);
 }
 
+/* An entry already reported in this call (from its link's answer, in
+ * done[0..ndone)) gets the kernel's bits that the link does not own added
+ * to that report, not a second one. Dropping them lost an edge: with
+ * EPOLLET the kernel reports EPOLLOUT once, and an exec'd server whose
+ * link kept reporting EPOLLIN (the peer's end) never learnt that it could
+ * write again (the progs fork-exec stall). */
+static void merge_reported(r2s_conn_t *c, const ep_entry_t *e, uint32_t events, struct epoll_event *done,
+                           int ndone)
+{
+  short owned;
+  (void)r2s__link_poll(c->link, e->fd, (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), &owned);
+  uint32_t extra = events & ~(uint32_t)owned & (e->events | EPOLLERR | EPOLLHUP) & ~(uint32_t)(EPOLLET | EPOLLONESHOT);
+  for (int m = 0; m < ndone && extra; m++)
+    if (done[m].data.u64 == e->data) done[m].events |= extra;
+}
+
 /* Kernel events on a carried connection: for the bits the link owns the
  * kernel saw doorbells or frames, so the link's answer replaces them; the
  * other bits stand. An entry already reported in this call is not
- * reported twice. */
-static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
+ * reported twice (see merge_reported). */
+static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k)
 {
   int out = 0;
   pthread_mutex_lock(&r->lock);
@@ -368,12 +426,15 @@ static int filter(ep_reg_t *r, struct epoll_event *ev, int k)
       if (!c) break;
       if (c == e->conn) {
         if (e->round == r->round) {
+          merge_reported(c, e, events, done, ndone);
           events = 0;
         } else {
           short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
           r2s__link_pump_due(c->link); /* the kernel saw bytes: frames to read */
           short rev = r2s__link_poll(c->link, e->fd, want, &owned);
           events = (events & ~(uint32_t)owned) | ((uint32_t)(rev & owned) & e->events);
+          if (!(owned & POLLIN)) events = (uint32_t)(uint16_t)kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
+          if ((events & EPOLLPRI) && urgent_is_shims(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
           if (events) e->round = r->round;
         }
       }
@@ -408,7 +469,7 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
     if (k < 0) return k; /* nothing of ours in this set: the kernel alone */
     if (k > 0) {
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
-      return more < 0 ? k : k + filter(r, ev + k, more);
+      return more < 0 ? k : k + filter(r, ev, k, ev + k, more);
     }
     int ms = slice(deadline);
     k = collect(r, ev, max, true); /* arms, and catches what raced in */
@@ -416,12 +477,12 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
     if (k > 0) {
       unarm_all(r);
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
-      return more < 0 ? k : k + filter(r, ev + k, more);
+      return more < 0 ? k : k + filter(r, ev, k, ev + k, more);
     }
     int n = kernel_epoll(epfd, ev, max, ms, mask);
     unarm_all(r);
     if (n < 0) return n;
-    n = filter(r, ev, n);
+    n = filter(r, ev, 0, ev, n);
     if (n > 0) return n;
     /* Only doorbells (or nothing): look at the links again, unless the
      * time is up. */

@@ -122,9 +122,11 @@ shm_check_leaks() {
     leaked=() foreign=0
     while read -r name; do
       [[ -n $name ]] || continue
-      pid=${name#r2s-}
-      pid=${pid%%-*}
-      if [[ $pid =~ ^[0-9]+$ && $ours != *" $pid "* ]]; then
+      # The creator's pid is the first all-digit field (r2s-PID-RANDOM for
+      # rings; other segments of the r2s- family, r2s-stat-PID, name it too).
+      pid=
+      [[ $name =~ -([0-9]+)(-|$) ]] && pid=${BASH_REMATCH[1]}
+      if [[ -n $pid && $ours != *" $pid "* ]]; then
         foreign=$((foreign + 1))
         continue
       fi

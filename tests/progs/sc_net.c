@@ -65,10 +65,11 @@ int sc_listen(const char *host, int port, bool v6_dual, int *bound_port)
     rc = -errno;
     goto err_free_ai;
   }
-  /* SO_REUSEADDR: a previous test's TIME_WAIT must not block this port. */
+  /* SO_REUSEADDR: a previous test's TIME_WAIT must not block this port.
+   * SOMAXCONN: a client may open 1024 connections before the first accept. */
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
       (v6_dual && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) != 0) ||
-      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
     rc = -errno;
     goto err_close;
   }
