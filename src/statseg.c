@@ -142,12 +142,15 @@ err_unlink:
   return rc;
 }
 
-/* Adds every counter of *from to *to and zeroes it, each word atomically. */
+/* Adds every counter of *from to *to and zeroes it, each word atomically.
+ * Called inside a slot's write section: release order, so a reader that
+ * sees the new values (or later data-path adds, which continue the release
+ * sequence) also sees the odd seq. */
 static void move_counts(r2s_stat_ctr_t *to, r2s_stat_ctr_t *from)
 {
   uint64_t *t = (uint64_t *)to, *f = (uint64_t *)from;
   for (size_t i = 0; i < sizeof *to / sizeof *t; i++)
-    __atomic_fetch_add(&t[i], __atomic_exchange_n(&f[i], 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&t[i], __atomic_exchange_n(&f[i], 0, __ATOMIC_ACQ_REL), __ATOMIC_RELEASE);
 }
 
 static r2s_statslot_t *slot_of(int i)

@@ -21,8 +21,10 @@
  *  - The counters (bytes per path, waits) are the connection's own: the data
  *    path adds to them with one relaxed atomic add each, outside the seqlock.
  *    Each is monotonic while the slot keeps the same identity; a change of
- *    identity (slot reuse) moves seq, so a reader never pairs one
- *    connection's counters with another's identity.
+ *    identity (slot reuse) moves seq and writes the counters with release
+ *    order inside the write section (the data path's adds then continue that
+ *    release sequence), so a reader never pairs one connection's counters
+ *    with another's identity.
  *  - Everything in a slot is read and written with atomic word accesses, so
  *    the torn states a seqlock tolerates are not data races (TSan-clean).
  */
@@ -120,20 +122,20 @@ static inline bool r2s_statslot_begin(r2s_statslot_t *s, bool try)
 {
   for (;;) {
     uint32_t q = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
-    if (!(q & 1) && __atomic_compare_exchange_n(&s->seq, &q, q + 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-      /* The odd seq must be visible before any of the stores that follow. */
-      __atomic_thread_fence(__ATOMIC_RELEASE);
+    if (!(q & 1) && __atomic_compare_exchange_n(&s->seq, &q, q + 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
       return true;
-    }
     if (try) return false;
     __builtin_ia32_pause();
   }
 }
 
+/* Release stores: a reader that sees one also sees the odd seq before it.
+ * (Rather than fences, which ThreadSanitizer does not model; on x86 both
+ * are plain moves.) */
 static inline void r2s_statslot_store_id(r2s_statslot_t *s, const r2s_statslot_id_t *id)
 {
   for (unsigned i = 0; i < sizeof id->w / sizeof id->w[0]; i++)
-    __atomic_store_n(&s->id.w[i], id->w[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&s->id.w[i], id->w[i], __ATOMIC_RELEASE);
 }
 
 static inline void r2s_statslot_end(r2s_statslot_t *s)
@@ -154,11 +156,10 @@ static inline bool r2s_statslot_read(const r2s_statslot_t *s, r2s_statslot_id_t 
       __builtin_ia32_pause();
       continue;
     }
+    /* Acquire loads: seq is looked at again only after the copies. */
     for (unsigned i = 0; i < sizeof id->w / sizeof id->w[0]; i++)
-      id->w[i] = __atomic_load_n(&s->id.w[i], __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < sizeof *ctr / sizeof(uint64_t); i++) out[i] = __atomic_load_n(&cw[i], __ATOMIC_RELAXED);
-    /* The copies must complete before seq is looked at again. */
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      id->w[i] = __atomic_load_n(&s->id.w[i], __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < sizeof *ctr / sizeof(uint64_t); i++) out[i] = __atomic_load_n(&cw[i], __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) == q1) return true;
   }
   return false;

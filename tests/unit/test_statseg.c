@@ -48,7 +48,7 @@ static void *reuse_writer(void *arg)
     r2s_statslot_id_t id;
     for (unsigned i = 0; i < WORDS; i++) id.w[i] = big;
     r2s_statslot_begin(slot, false);
-    __atomic_store_n(&slot->ctr.tx[0], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->ctr.tx[0], 0, __ATOMIC_RELEASE); /* as statseg.c's move_counts */
     r2s_statslot_store_id(slot, &id);
     r2s_statslot_end(slot);
     for (unsigned j = 0; j < BUMPS; j++) __atomic_fetch_add(&slot->ctr.tx[0], big, __ATOMIC_RELAXED);
