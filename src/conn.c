@@ -248,7 +248,7 @@ void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role)
   __atomic_store_n(&c->role, (int)role, __ATOMIC_RELEASE);
   if (role == R2S_ROLE_LISTENER && __atomic_load_n(&c->stat_slot, __ATOMIC_RELAXED) < 0) {
     if (want_addresses()) fill_addresses(c, c->fd_hint);
-    r2s__statseg_open(c, c->fd_hint);
+    r2s__statseg_open(c);
   }
 }
 
@@ -260,7 +260,7 @@ void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected)
   }
   if (connected || c->role == R2S_ROLE_LISTENER) {
     if (want_addresses()) fill_addresses(c, fd);
-    r2s__statseg_open(c, fd);
+    r2s__statseg_open(c);
   }
   R2S_STAT_INC(sockets_adopted);
 }
@@ -306,7 +306,7 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
   R2S_STAT_INC(conn_seen);
   if (want_addresses()) fill_addresses(c, fd);
   start_link(c, fd, old);
-  r2s__statseg_open(c, fd);
+  r2s__statseg_open(c);
 }
 
 void r2s__conn_fold_live(void)

@@ -238,9 +238,8 @@ void r2s__statseg_init(void)
   (void)unlink(name);
 }
 
-void r2s__statseg_open(r2s_conn_t *c, int fd)
+void r2s__statseg_open(r2s_conn_t *c)
 {
-  (void)fd; /* c->fd_hint is what the slot shows */
   if (!r2s__opt.statseg || __atomic_load_n(&c->stat_slot, __ATOMIC_RELAXED) >= 0) return;
   __atomic_store_n(&c->stat_settled, 1, __ATOMIC_RELAXED); /* unless publish says otherwise */
   pthread_mutex_lock(&seg_lock);
@@ -275,7 +274,7 @@ void r2s__statseg_refresh(r2s_conn_t *c)
   if (i < 0) {
     /* Inherited through fork (see conn.c): published on first use. */
     if (r2s__conn_flags(c) & R2S_CONN_ESTABLISHED)
-      r2s__statseg_open(c, c->fd_hint);
+      r2s__statseg_open(c);
     else
       __atomic_store_n(&c->stat_settled, 1, __ATOMIC_RELAXED);
     return;

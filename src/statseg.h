@@ -39,7 +39,7 @@ typedef struct r2s_conn_s r2s_conn_t;
 void r2s__statseg_init(void);
 
 /* c is established (or listening, or adopted): give it a slot and publish. */
-void r2s__statseg_open(r2s_conn_t *c, int fd);
+void r2s__statseg_open(r2s_conn_t *c);
 
 /* c's path or reason may have changed: republish if it did. */
 void r2s__statseg_refresh(r2s_conn_t *c);

@@ -64,6 +64,7 @@ struct proc_snap {
 struct snapshot {
   struct proc_snap *p;
   unsigned np;
+  unsigned hidden; /* segments of other users' processes */
   double t; /* CLOCK_MONOTONIC seconds */
 };
 
@@ -145,7 +146,8 @@ static void read_slots(const r2s_statseg_hdr_t *h, struct proc_snap *ps)
   }
 }
 
-/* Reads the segment of pid into *ps. Returns 1 if read, 0 to skip (with a
+/* Reads the segment of pid into *ps. Returns 1 if read, 2 if it belongs to
+ * another user (mode 0600: only root reads everyone's), 0 to skip (with a
  * note on stderr when the segment is unreadable), -1 if the process is gone
  * (the segment is then removed, if we may). */
 static int read_segment(const char *dir, const char *name, int pid, struct proc_snap *ps)
@@ -154,6 +156,7 @@ static int read_segment(const char *dir, const char *name, int pid, struct proc_
   snprintf(path, sizeof path, "%s/%s", dir, name);
   uint64_t live_ticks = proc_start_ticks(pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == EACCES) return 2;
   if (fd < 0) return errno == ENOENT ? 0 : (fprintf(stderr, "r2sock-stat: %s: %s\n", path, strerror(errno)), 0);
   struct stat st;
   if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(r2s_statseg_hdr_t)) {
@@ -225,7 +228,7 @@ static int take_snapshot(const struct opts *o, struct snapshot *s)
 {
   s->t = now_s();
   s->p = NULL;
-  s->np = 0;
+  s->np = s->hidden = 0;
   DIR *d = opendir(R2S_STATSEG_DIR);
   if (!d) {
     fprintf(stderr, "r2sock-stat: %s: %s\n", R2S_STATSEG_DIR, strerror(errno));
@@ -247,7 +250,9 @@ static int take_snapshot(const struct opts *o, struct snapshot *s)
       s->p = np;
     }
     memset(&s->p[s->np], 0, sizeof s->p[0]);
-    if (read_segment(R2S_STATSEG_DIR, e->d_name, (int)pid, &s->p[s->np]) == 1) s->np++;
+    int rc = read_segment(R2S_STATSEG_DIR, e->d_name, (int)pid, &s->p[s->np]);
+    if (rc == 1) s->np++;
+    if (rc == 2) s->hidden++;
   }
   closedir(d);
   if (s->np) qsort(s->p, s->np, sizeof *s->p, by_pid);
@@ -449,7 +454,8 @@ int main(int argc, char **argv)
     if (take_snapshot(&o, &cur) < 0) return 1;
     if (o.once && o.pid && cur.np == 0) {
       fprintf(stderr, "r2sock-stat: no live statistics for pid %d (not running, not under r2sock, no TCP "
-                      "socket yet, or R2SOCK_STATSEG=0)\n", o.pid);
+                      "socket yet, R2SOCK_STATSEG=0%s)\n",
+              o.pid, cur.hidden ? ", or another user's process" : "");
       free_snapshot(&cur);
       return 1;
     }
@@ -458,8 +464,10 @@ int main(int argc, char **argv)
       time_t t = time(NULL);
       strftime(when, sizeof when, "%H:%M:%S", localtime(&t));
       printf("\033[H\033[2J");
-      printf("r2sock-stat %s: %u process%s under r2sock, every %gs (Ctrl-C quits)\n\n", when, cur.np,
+      printf("r2sock-stat %s: %u process%s under r2sock, every %gs (Ctrl-C quits)", when, cur.np,
              cur.np == 1 ? "" : "es", o.delay);
+      if (cur.hidden) printf("; %u of other users not shown (root sees them)", cur.hidden);
+      printf("\n\n");
     }
     if (o.conns)
       print_connections(&o, &cur, have_prev ? &prev : NULL);
