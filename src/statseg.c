@@ -33,6 +33,26 @@ static bool seg_failed;        /* making it failed once: do not retry per connec
 static char seg_name[64];
 static uint16_t free_slots[R2S_STATSEG_SLOTS];
 static unsigned nfree;
+static uint64_t reserved; /* bytes of the segment backed by allocated memory */
+
+/* Writing to a page of a full tmpfs would raise SIGBUS in the application,
+ * so the pages a slot lives on are allocated (posix_fallocate) before the
+ * slot is handed out, 64 KiB at a time rather than all 788 KiB at once.
+ * seg_lock held. */
+#define RESERVE_STEP (64u << 10)
+static int reserve_through(uint64_t end)
+{
+  if (end <= reserved) return 0;
+  uint64_t to = (end + RESERVE_STEP - 1) / RESERVE_STEP * RESERVE_STEP;
+  if (to > R2S_STATSEG_SIZE) to = R2S_STATSEG_SIZE;
+  int fd = open(seg_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return -errno;
+  int rc = posix_fallocate(fd, (off_t)reserved, (off_t)(to - reserved));
+  r2s__libc.close(fd);
+  if (rc != 0) return -rc;
+  reserved = to;
+  return 0;
+}
 
 static void make_name(char *buf, size_t len, int pid)
 {
@@ -120,6 +140,9 @@ static int create_segment(void)
     rc = -errno;
     goto err_unlink;
   }
+  rc = -posix_fallocate(fd, 0, R2S_STATSEG_HDR_SIZE);
+  if (rc < 0) goto err_unlink;
+  reserved = R2S_STATSEG_HDR_SIZE;
   p = mmap(NULL, R2S_STATSEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     rc = -errno;
@@ -251,7 +274,13 @@ void r2s__statseg_open(r2s_conn_t *c)
     }
   }
   int i = -1;
-  if (seg && nfree > 0) i = free_slots[--nfree];
+  if (seg && nfree > 0) {
+    i = free_slots[nfree - 1];
+    if (reserve_through(R2S_STATSEG_HDR_SIZE + (uint64_t)(i + 1) * R2S_STATSEG_SLOT_SIZE) == 0)
+      nfree--;
+    else
+      i = -1; /* no memory for its page: not listed, like the 4097th */
+  }
   if (seg && i < 0) __atomic_fetch_add(&seg->overflow, 1, __ATOMIC_RELAXED);
   if (seg && i >= 0 && (uint32_t)i >= __atomic_load_n(&seg->slots_hwm, __ATOMIC_RELAXED))
     __atomic_store_n(&seg->slots_hwm, (uint32_t)i + 1, __ATOMIC_RELEASE);
@@ -327,6 +356,7 @@ void r2s__statseg_fork_child(void)
   seg_failed = false;
   seg_name[0] = '\0';
   nfree = 0;
+  reserved = 0;
   pthread_mutex_unlock(&seg_lock);
 }
 
