@@ -47,7 +47,7 @@ const char *r2s__reason_name(r2s_reason_t r)
   return (unsigned)r < R2S_REASON_COUNT ? reason_names[r] : "?";
 }
 
-static r2s_reason_t reason_of(const r2s_conn_t *c)
+r2s_reason_t r2s__conn_reason(const r2s_conn_t *c)
 {
   return c->link ? (r2s_reason_t)r2s__link_reason(c->link) : (r2s_reason_t)c->reason;
 }
@@ -77,7 +77,7 @@ static void classify(r2s_conn_t *c)
   if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL)) return;
   if (r2s__conn_path(c) != R2S_PATH_TCP) return;
   R2S_STAT_INC(conn_tcp);
-  r2s_reason_t why = reason_of(c);
+  r2s_reason_t why = r2s__conn_reason(c);
   if (why != R2S_REASON_NONE && why < R2S_REASON_COUNT && reason_stats[why] != R2S_STAT_COUNT)
     r2s__stat_add(reason_stats[why], 1);
 }
@@ -136,6 +136,9 @@ r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd)
   c->fd_hint = fd;
   c->path = R2S_PATH_TCP;
   c->app_nodelay = c->app_cork = -1;
+  c->ctr = &c->own;
+  c->stat_slot = -1;
+  c->stat_settled = 1;
   c->live_next = live_head;
   if (live_head) live_head->live_prev = c;
   live_head = c;
@@ -145,16 +148,21 @@ r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd)
   return c;
 }
 
+/* Moves the connection's byte counts into the process stats: those in its
+ * own storage and, while it has a stats slot, those in the slot (a thread
+ * that loaded c->ctr just before the slot was given may have added to own). */
 static void fold_bytes(r2s_conn_t *c)
 {
   static const r2s_stat_id_t tx_stat[R2S_PATH_COUNT] = {R2S_STAT_bytes_tcp_tx, R2S_STAT_bytes_shm_tx,
                                                         R2S_STAT_bytes_rdma_tx};
   static const r2s_stat_id_t rx_stat[R2S_PATH_COUNT] = {R2S_STAT_bytes_tcp_rx, R2S_STAT_bytes_shm_rx,
                                                         R2S_STAT_bytes_rdma_rx};
-  for (int p = 0; p < R2S_PATH_COUNT; p++) {
-    r2s__stat_add(tx_stat[p], __atomic_exchange_n(&c->tx[p], 0, __ATOMIC_RELAXED));
-    r2s__stat_add(rx_stat[p], __atomic_exchange_n(&c->rx[p], 0, __ATOMIC_RELAXED));
-  }
+  r2s_stat_ctr_t *ctr[2] = {&c->own, r2s__conn_ctr(c)};
+  for (int k = 0; k < (ctr[1] == ctr[0] ? 1 : 2); k++)
+    for (int p = 0; p < R2S_PATH_COUNT; p++) {
+      r2s__stat_add(tx_stat[p], __atomic_exchange_n(&ctr[k]->tx[p], 0, __ATOMIC_RELAXED));
+      r2s__stat_add(rx_stat[p], __atomic_exchange_n(&ctr[k]->rx[p], 0, __ATOMIC_RELAXED));
+    }
 }
 
 static const char *format_addr(const struct sockaddr_storage *ss, char *buf, size_t len)
@@ -182,11 +190,16 @@ static void log_summary(r2s_conn_t *c)
   char l[64], p[64];
   r2s_path_t path = r2s__conn_path(c);
   uint64_t tx = 0, rx = 0;
+  r2s_stat_ctr_t *ctr = r2s__conn_ctr(c);
   for (int i = 0; i < R2S_PATH_COUNT; i++) {
-    tx += __atomic_load_n(&c->tx[i], __ATOMIC_RELAXED);
-    rx += __atomic_load_n(&c->rx[i], __ATOMIC_RELAXED);
+    tx += __atomic_load_n(&c->own.tx[i], __ATOMIC_RELAXED);
+    rx += __atomic_load_n(&c->own.rx[i], __ATOMIC_RELAXED);
+    if (ctr != &c->own) {
+      tx += __atomic_load_n(&ctr->tx[i], __ATOMIC_RELAXED);
+      rx += __atomic_load_n(&ctr->rx[i], __ATOMIC_RELAXED);
+    }
   }
-  r2s_reason_t why = path == R2S_PATH_TCP ? reason_of(c) : R2S_REASON_NONE;
+  r2s_reason_t why = path == R2S_PATH_TCP ? r2s__conn_reason(c) : R2S_REASON_NONE;
   r2s__info("conn %" PRIu32 " %s %s -> %s path=%s%s%s%s sent=%" PRIu64 " received=%" PRIu64, c->id,
             role_names[c->role & 3], format_addr(&c->local, l, sizeof l), format_addr(&c->peer, p, sizeof p),
             r2s__path_name(path), why ? " (" : "", r2s__reason_name(why), why ? ")" : "", tx, rx);
@@ -198,6 +211,7 @@ void r2s__conn_put(r2s_conn_t *c)
   classify(c);
   if (r2s__log_level >= R2S_LOG_INFO) log_summary(c);
   fold_bytes(c);
+  r2s__statseg_close(c);
   if (c->link) {
     r2s__link_free(c->link);
     c->link = NULL;
@@ -215,18 +229,13 @@ void r2s__conn_put(r2s_conn_t *c)
   pthread_mutex_unlock(&pool_lock);
 }
 
-void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role)
-{
-  __atomic_store_n(&c->role, (int)role, __ATOMIC_RELEASE);
-}
-
 void r2s__conn_connecting(r2s_conn_t *c)
 {
   r2s__conn_set_flag(c, R2S_CONN_CONNECTING, true);
 }
 
-/* Addresses are only for the log line, so they are fetched (two syscalls)
- * only when that line will be printed. */
+/* Addresses are for the log line and the stats segment, so they are
+ * fetched (two syscalls per connection) only when one of them is on. */
 static void fill_addresses(r2s_conn_t *c, int fd)
 {
   socklen_t len = sizeof c->local;
@@ -240,6 +249,7 @@ static void on_upgrade(void *arg, int path)
 {
   r2s_conn_t *c = arg;
   __atomic_store_n(&c->path, path, __ATOMIC_RELEASE);
+  r2s__statseg_refresh(c);
   /* Not yet this process's connection: r2s__conn_take() counts the path. */
   if (r2s__conn_flags(c) & R2S_CONN_UNSEEN) return;
   if (__atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) == 0) r2s__stat_add(path_stat((r2s_path_t)path), 1);
@@ -253,12 +263,29 @@ void r2s__conn_take(r2s_conn_t *c)
   if (p != R2S_PATH_TCP && __atomic_exchange_n(&c->counted, 1, __ATOMIC_ACQ_REL) == 0) r2s__stat_add(path_stat(p), 1);
 }
 
+static bool want_addresses(void)
+{
+  return r2s__log_level >= R2S_LOG_INFO || r2s__opt.statseg;
+}
+
+void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role)
+{
+  __atomic_store_n(&c->role, (int)role, __ATOMIC_RELEASE);
+  if (role == R2S_ROLE_LISTENER && __atomic_load_n(&c->stat_slot, __ATOMIC_RELAXED) < 0) {
+    if (want_addresses()) fill_addresses(c, c->fd_hint);
+    r2s__statseg_open(c);
+  }
+}
+
 void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected)
 {
   if (connected) {
     __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
-    if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
     __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
+  }
+  if (connected || c->role == R2S_ROLE_LISTENER) {
+    if (want_addresses()) fill_addresses(c, fd);
+    r2s__statseg_open(c);
   }
   R2S_STAT_INC(sockets_adopted);
 }
@@ -270,13 +297,10 @@ void r2s__conn_app_oob(r2s_conn_t *c, int fd)
   if (l) r2s__link_app_oob(l, fd);
 }
 
-void r2s__conn_established(r2s_conn_t *c, int fd)
+/* The upgrade protocol for a freshly established connection, if the policy
+ * and the application's use of urgent data allow one. old: its flags. */
+static void start_link(r2s_conn_t *c, int fd, uint32_t old)
 {
-  uint32_t old = __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED, __ATOMIC_ACQ_REL);
-  if (old & R2S_CONN_ESTABLISHED) return;
-  r2s__conn_set_flag(c, R2S_CONN_CONNECTING, false);
-  R2S_STAT_INC(conn_seen);
-  if (r2s__log_level >= R2S_LOG_INFO) fill_addresses(c, fd);
   if (old & R2S_CONN_OOBINLINE) {
     r2s_link_t *l = r2s__link_start_inline(fd);
     if (l) __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
@@ -298,6 +322,17 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
   l->on_upgrade_arg = c;
   __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
   r2s__debug("conn %" PRIu32 " fd %d established, hello sent", c->id, fd);
+}
+
+void r2s__conn_established(r2s_conn_t *c, int fd)
+{
+  uint32_t old = __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED, __ATOMIC_ACQ_REL);
+  if (old & R2S_CONN_ESTABLISHED) return;
+  r2s__conn_set_flag(c, R2S_CONN_CONNECTING, false);
+  R2S_STAT_INC(conn_seen);
+  if (want_addresses()) fill_addresses(c, fd);
+  start_link(c, fd, old);
+  r2s__statseg_open(c);
 }
 
 void r2s__conn_fold_live(void)
@@ -334,10 +369,15 @@ void r2s__conn_fork_child(void)
     /* In the child's account only once it moves bytes on them (classify). */
     if (r2s__conn_flags(c) & R2S_CONN_ESTABLISHED) r2s__conn_set_flag(c, R2S_CONN_UNSEEN, true);
     __atomic_store_n(&c->counted, 0, __ATOMIC_RELAXED);
-    for (int p = 0; p < R2S_PATH_COUNT; p++) {
-      __atomic_store_n(&c->tx[p], 0, __ATOMIC_RELAXED);
-      __atomic_store_n(&c->rx[p], 0, __ATOMIC_RELAXED);
-    }
+    /* Its stats slot is in the parent's segment, which the child has
+     * forgotten (r2s__statseg_fork_child ran first): the next counted I/O
+     * publishes it in the child's own (r2s__statseg_refresh). Its byte
+     * counts start from zero there. */
+    memset(&c->own, 0, sizeof c->own);
+    c->ctr = &c->own;
+    __atomic_store_n(&c->stat_slot, -1, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->stat_settled, !r2s__opt.statseg || !(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED),
+                     __ATOMIC_RELAXED);
   }
 }
 

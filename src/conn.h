@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "statseg.h"
+
 typedef enum { R2S_PATH_TCP = 0, R2S_PATH_SHM = 1, R2S_PATH_RDMA = 2, R2S_PATH_COUNT } r2s_path_t;
 
 typedef enum {
@@ -80,9 +82,14 @@ struct r2s_conn_s {
   uint32_t counted;                  /* atomic: its path/reason went into the stats */
   int8_t app_nodelay, app_cork;      /* the application's TCP_NODELAY/TCP_CORK, -1: never set */
   r2s_link_t *link;                  /* the upgrade protocol; NULL: plain TCP for good */
-  /* Bytes moved, per path; relaxed atomics, folded into the stats at the end. */
-  uint64_t tx[R2S_PATH_COUNT];
-  uint64_t rx[R2S_PATH_COUNT];
+  /* Bytes moved per path, and sleeps; relaxed atomics, folded into the
+   * stats at the end. ctr points to own, or to the connection's slot in the
+   * stats segment (statseg.h) while it has one (stat_slot >= 0). */
+  r2s_stat_ctr_t own;
+  r2s_stat_ctr_t *ctr;               /* atomic */
+  int stat_slot;                     /* statseg.c's */
+  uint32_t stat_settled;             /* atomic: nothing left to republish on I/O */
+  uint32_t stat_pub;                 /* statseg.c's: what was published */
   struct sockaddr_storage local, peer; /* filled when established, for logs */
   r2s_conn_t *live_prev, *live_next;   /* the pool's list of live objects */
 };
@@ -143,13 +150,30 @@ static inline r2s_path_t r2s__conn_path(const r2s_conn_t *c)
 {
   return (r2s_path_t)__atomic_load_n(&c->path, __ATOMIC_ACQUIRE);
 }
+_Static_assert(R2S_PATH_COUNT == R2S_STATSEG_PATHS, "the stats segment counts bytes per path");
+static inline r2s_stat_ctr_t *r2s__conn_ctr(r2s_conn_t *c)
+{
+  return __atomic_load_n(&c->ctr, __ATOMIC_RELAXED);
+}
+/* Until the path settles, a counted I/O may be the one that changed it. */
+static inline void r2s__conn_stat_check(r2s_conn_t *c)
+{
+  if (__builtin_expect(!__atomic_load_n(&c->stat_settled, __ATOMIC_RELAXED), 0)) r2s__statseg_refresh(c);
+}
 static inline void r2s__conn_count_tx(r2s_conn_t *c, r2s_path_t p, long long n)
 {
-  if (n > 0) __atomic_fetch_add(&c->tx[p], (uint64_t)n, __ATOMIC_RELAXED);
+  if (n > 0) __atomic_fetch_add(&r2s__conn_ctr(c)->tx[p], (uint64_t)n, __ATOMIC_RELAXED);
+  r2s__conn_stat_check(c);
 }
 static inline void r2s__conn_count_rx(r2s_conn_t *c, r2s_path_t p, long long n)
 {
-  if (n > 0) __atomic_fetch_add(&c->rx[p], (uint64_t)n, __ATOMIC_RELAXED);
+  if (n > 0) __atomic_fetch_add(&r2s__conn_ctr(c)->rx[p], (uint64_t)n, __ATOMIC_RELAXED);
+  r2s__conn_stat_check(c);
+}
+/* A blocking call on c slept in the kernel. */
+static inline void r2s__conn_count_wait(r2s_conn_t *c)
+{
+  __atomic_fetch_add(&r2s__conn_ctr(c)->waits, 1, __ATOMIC_RELAXED);
 }
 
 void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role);
@@ -191,6 +215,9 @@ void r2s__conn_fork_child(void);
 
 /* Number of connection objects alive (for the tests and leak checks). */
 unsigned r2s__conn_live_count(void);
+
+/* Why c is on TCP now (NONE once upgraded). */
+r2s_reason_t r2s__conn_reason(const r2s_conn_t *c);
 
 const char *r2s__path_name(r2s_path_t p);
 const char *r2s__reason_name(r2s_reason_t r);

@@ -18,6 +18,7 @@
 #include "options.h"
 #include "reaper.h"
 #include "stats.h"
+#include "statseg.h"
 #include "transport.h"
 
 int r2s__ready;
@@ -31,17 +32,20 @@ static const char *init_origin = "the first interposed call";
 static void fork_prepare(void)
 {
   r2s__conn_fork_prepare();
+  r2s__statseg_fork_prepare();
 }
 static void fork_parent(void)
 {
+  r2s__statseg_fork_parent();
   r2s__conn_fork_parent();
   R2S_STAT_INC(forks);
 }
 static void fork_child(void)
 {
+  r2s__statseg_fork_child();
+  r2s__stats_reset(); /* the child's account starts empty */
   r2s__reaper_fork_child();
   r2s__conn_fork_child();
-  r2s__stats_reset(); /* the child's account starts empty */
 }
 
 /* TCP sockets that came through exec (a forking server that execs its
@@ -79,6 +83,7 @@ static void adopt_inherited_sockets(void)
 static void run_init(void)
 {
   r2s__options_load();
+  r2s__statseg_init();
   if (r2s__fdtable_init() == 0) {
     int rc = pthread_atfork(fork_prepare, fork_parent, fork_child);
     if (rc != 0) r2s__warn("pthread_atfork failed (%d): fork() children may see stale state", rc);
@@ -111,6 +116,7 @@ __attribute__((destructor)) static void r2s_destructor(void)
   r2s__rdma_exit(1000);
   r2s__reaper_wait(1000);
   r2s__shm_exit();
+  r2s__statseg_exit();
   if (r2s__opt.stats || r2s__log_level >= R2S_LOG_INFO) r2s__conn_fold_live();
   if (!r2s__opt.stats) return;
   r2s_stats_t s;

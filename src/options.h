@@ -42,6 +42,7 @@ typedef int r2s_opt_gidindex_t; /* -1: chosen from the connection's address */
   X(VERBOSE, verbose, bool, false, "print every option at start-up and raise LOG to at least info")          \
   X(STATS, stats, bool, false, "print the counters on stderr when the process exits")                        \
   X(STATS_FILE, stats_file, string, NULL, "append the exit counters to this file instead (implies STATS)")   \
+  X(STATSEG, statseg, bool, true, "publish live counters in /dev/shm/r2s-stat-PID for r2sock-stat")          \
   X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_NEVER, 0}),                                  \
     "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")        \
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \

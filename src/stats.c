@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 r2s_stats_t r2s__stats;
+r2s_stats_t *r2s__stats_live = &r2s__stats;
 
 static const char *const stat_names[R2S_STAT_COUNT] = {
 #define R2S_STAT_NAME(name, doc) #name,
@@ -20,11 +21,23 @@ const char *r2s__stat_name(r2s_stat_id_t id)
 
 void r2s__stats_snapshot(r2s_stats_t *out)
 {
-  for (int i = 0; i < R2S_STAT_COUNT; i++) out->v[i] = __atomic_load_n(&r2s__stats.v[i], __ATOMIC_RELAXED);
+  r2s_stats_t *live = __atomic_load_n(&r2s__stats_live, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < R2S_STAT_COUNT; i++) {
+    out->v[i] = __atomic_load_n(&r2s__stats.v[i], __ATOMIC_RELAXED);
+    if (live != &r2s__stats) out->v[i] += __atomic_load_n(&live->v[i], __ATOMIC_RELAXED);
+  }
+}
+
+void r2s__stats_move(r2s_stats_t *to)
+{
+  __atomic_store_n(&r2s__stats_live, to, __ATOMIC_RELEASE);
+  for (int i = 0; i < R2S_STAT_COUNT; i++)
+    __atomic_fetch_add(&to->v[i], __atomic_exchange_n(&r2s__stats.v[i], 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
 void r2s__stats_reset(void)
 {
+  __atomic_store_n(&r2s__stats_live, &r2s__stats, __ATOMIC_RELEASE);
   for (int i = 0; i < R2S_STAT_COUNT; i++) __atomic_store_n(&r2s__stats.v[i], 0, __ATOMIC_RELAXED);
 }
 

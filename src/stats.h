@@ -9,6 +9,9 @@
  *    connection and is folded in here when the connection ends (and for live
  *    connections when the process exits), so no cache line is shared by all
  *    threads on the data path.
+ *  - Counts go to *r2s__stats_live: r2s__stats until the process makes its
+ *    live-statistics segment (statseg.h), whose header then holds them; a
+ *    snapshot sums both, so an add that raced the switch is not lost.
  *  - The exit line has one fixed, parseable format, one line per process:
  *        r2sock[PID] stats: name=value name=value ...
  *    Tests and tools parse it; change it only together with them.
@@ -62,10 +65,11 @@ typedef struct r2s_stats_s {
 } r2s_stats_t;
 
 extern r2s_stats_t r2s__stats;
+extern r2s_stats_t *r2s__stats_live; /* atomic */
 
 static inline void r2s__stat_add(r2s_stat_id_t id, uint64_t n)
 {
-  __atomic_fetch_add(&r2s__stats.v[id], n, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&__atomic_load_n(&r2s__stats_live, __ATOMIC_RELAXED)->v[id], n, __ATOMIC_RELAXED);
 }
 #define R2S_STAT_INC(name) r2s__stat_add(R2S_STAT_##name, 1)
 
@@ -74,7 +78,12 @@ const char *r2s__stat_name(r2s_stat_id_t id);
 /* Copies the counters (relaxed loads) into *out. */
 void r2s__stats_snapshot(r2s_stats_t *out);
 
-/* Zeroes every counter: the child of a fork starts its own account. */
+/* From now on counts go to *to (zeroed memory); what was counted so far
+ * moves there too. */
+void r2s__stats_move(r2s_stats_t *to);
+
+/* Zeroes every counter and counts in r2s__stats again: the child of a fork
+ * starts its own account (after forgetting its parent's segment). */
 void r2s__stats_reset(void);
 
 /* Formats "r2sock[PID] stats: a=1 b=2 ...\n" into buf; returns the length,

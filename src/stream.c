@@ -44,8 +44,9 @@ static size_t total_len(const struct iovec *iov, int cnt)
 
 /* Waits until `events` may be ready on the link, or the deadline (0: none)
  * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. */
-static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
+static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline)
 {
+  r2s_link_t *l = c->link;
   short owned;
   int64_t spin_end = r2s__now_ns() + (int64_t)r2s__opt.spin_us * 1000;
   /* Spin on shared memory first: a peer running on another core answers in
@@ -78,6 +79,7 @@ static int wait_for(r2s_link_t *l, int fd, short events, int64_t deadline)
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_RING)
     p.events |= POLLOUT;
   R2S_STAT_INC(waits_sleep);
+  r2s__conn_count_wait(c);
   int rc = r2s__libc.poll(&p, 1, ms);
   int err = rc < 0 ? errno : 0;
   if (rc > 0) r2s__link_pump_due(l);
@@ -118,7 +120,7 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
-    int rc = wait_for(l, fd, POLLIN, deadline);
+    int rc = wait_for(c, fd, POLLIN, deadline);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }
@@ -148,7 +150,7 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->sndtimeo_ms) deadline = deadline_of(c->sndtimeo_ms);
-    int rc = wait_for(l, fd, POLLOUT, deadline);
+    int rc = wait_for(c, fd, POLLOUT, deadline);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }

@@ -73,7 +73,9 @@ check_tcp_only() {
 
 # ---- shared-memory segments ------------------------------------------------
 # The shm transport names its rings /dev/shm/r2s-<creator pid>-<random>
-# (src/transport/shm.c) and unlinks a name once the peer has mapped it. After
+# (src/transport/shm.c) and unlinks a name once the peer has mapped it; each
+# process's live-statistics segment is /dev/shm/r2s-stat-<pid>, removed at
+# exit, or by a surviving process or r2sock-stat when it was killed. After
 # a test every process it started has exited (killed ones included), so any
 # segment one of them created that is still there is a leak: nobody is left
 # to unlink it. "One of them": a pid found in a stats line the test collected

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Live statistics: r2sock-stat reads the segment each process under the shim
+# publishes (src/statseg.h).
+#   usage: statseg.sh live|off|killed
+#   live:   an iperf3 pair transfers; r2sock-stat --once -c -p PID lists the
+#           data connection of each end on the expected path (shm for the
+#           direction that moves the data, or tcp(disabled) when
+#           R2SOCK_UPGRADE=never) with bytes > 0 that grow
+#           between two snapshots; after both exit their segments are gone.
+#   off:    with R2SOCK_STATSEG=0 a connected pair has no segment.
+#   killed: a server killed with SIGKILL (no destructor) is not listed, and
+#           its segment is removed (by r2sock-stat reading it, or by another
+#           process under the shim sweeping it first).
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+need iperf3
+
+mode=${1:?usage: statseg.sh live|off|killed}
+[[ -n $R2SOCK_LIB ]] || skip "the live statistics exist only under the shim (R2SOCK_LIB is empty)"
+STAT=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/r2sock-stat
+[[ -x $STAT ]] || fail "r2sock-stat not built: expected it at $STAT (set R2SOCK_BUILD to the build dir)"
+case ${R2SOCK_UPGRADE:-never} in
+  auto) want_path=shm ;;
+  never) want_path="tcp(disabled)" ;;
+  *) fail "R2SOCK_UPGRADE must be auto or never for this test, not '$R2SOCK_UPGRADE'" ;;
+esac
+SEG=/dev/shm/r2s-stat-
+
+# child_of PID: the process `timeout` runs (env execs the program in place).
+child_of() {
+  local c deadline=$((SECONDS + 10))
+  while :; do
+    c=$(pgrep -P "$1" | head -n 1) || true
+    [[ -n $c ]] && { echo "$c"; return 0; }
+    ((SECONDS < deadline)) || fail "no child of pid $1 after 10 s"
+    sleep 0.05
+  done
+}
+
+# data_line PID PORT: the line of `r2sock-stat --once -c -p PID` for the
+# connection to or from PORT that moved the most bytes, as
+# "fd local peer path sent recv"; empty when there is none yet.
+data_line() {
+  "$STAT" --once -c -p "$1" 2>/dev/null | awk -v port="$2" '
+    $1 ~ /^[0-9]+$/ && $4 == "->" && ($3 ~ ":" port "$" || $5 ~ ":" port "$") && $6 != "listen" {
+      if ($7 + $8 >= best) { best = $7 + $8; line = $2 " " $3 " " $5 " " $6 " " $7 " " $8 }
+    } END { if (line != "") print line }'
+}
+
+# start_client PORT SECS: an iperf3 client under the shim in the background,
+# rate-limited so that it shares the machine; sets CLIENT_PID (of timeout).
+start_client() {
+  timeout -k 5 60 "${SHIM[@]}" iperf3 -c 127.0.0.1 -p "$1" -t "$2" -b 800M >"$TMP/client.log" 2>&1 &
+  CLIENT_PID=$!
+}
+
+case $mode in
+live)
+  port=$(free_port)
+  start_server iperf3-server "$port" iperf3 -s -1 -B 127.0.0.1 -p "$port"
+  spid=$(child_of "$(server_pid iperf3-server)")
+  start_client "$port" 6
+  cpid=$(child_of "$CLIENT_PID")
+  log "server pid $spid, client pid $cpid, expecting path $want_path"
+  for who in client server; do
+    [[ $who == client ]] && pid=$cpid col=5 || { pid=$spid; col=6; }
+    # The data connection shows up once iperf3 has made it and moved bytes,
+    # and its path is decided once the shims' handshake is through.
+    deadline=$((SECONDS + 20)) first=""
+    while :; do
+      first=$(data_line "$pid" "$port")
+      [[ -n $first && $first != *"(negotiating)"* ]] && (($(cut -d' ' -f"$col" <<<"$first") > 0)) && break
+      alive "$pid" || fail "$who (pid $pid) exited before its connection was listed with bytes > 0; last: '$first'"
+      ((SECONDS < deadline)) || fail "$who (pid $pid): no decided connection with bytes > 0 listed after 20 s; last: '$first'"
+      sleep 0.1
+    done
+    read -r _ _ _ path _ _ <<<"$first"
+    # A direction that has carried nothing since the switch may still show
+    # TCP: then the one that moves the data is named, shm(tx) or shm(rx).
+    dir=tx; [[ $who == server ]] && dir=rx
+    [[ $path == "$want_path" || ($want_path == shm && $path == "shm($dir)") ]] ||
+      fail "$who (pid $pid): expected path $want_path or $want_path($dir), r2sock-stat shows '$first'"
+    # Bytes grow while iperf3 runs (it sends for 6 s).
+    deadline=$((SECONDS + 10))
+    while :; do
+      sleep 0.2
+      second=$(data_line "$pid" "$port")
+      [[ -n $second ]] || fail "$who (pid $pid): its connection left the listing while transferring (first: '$first')"
+      (($(cut -d' ' -f"$col" <<<"$second") > $(cut -d' ' -f"$col" <<<"$first"))) && break
+      ((SECONDS < deadline)) || fail "$who (pid $pid): bytes did not grow in 10 s: '$first' then '$second'"
+    done
+    log "$who: '$first' then '$second'"
+    [[ -f $SEG$pid ]] || fail "$who (pid $pid): r2sock-stat listed it, yet $SEG$pid does not exist"
+  done
+  wait "$CLIENT_PID" || fail "iperf3 client failed (status $?): $(tail -n 3 "$TMP/client.log")"
+  wait_server iperf3-server
+  # The destructor removes the name at exit.
+  for pid in "$cpid" "$spid"; do
+    [[ ! -e $SEG$pid ]] || fail "pid $pid exited normally, yet $SEG$pid is still there"
+  done
+  out=$("$STAT" --once -p "$cpid" 2>&1) && fail "r2sock-stat -p $cpid still lists the exited client: $out"
+  check_stats conns=4 bulk=2 bytes=1 procs=2
+  ;;
+off)
+  SHIM+=(R2SOCK_STATSEG=0)
+  port=$(free_port)
+  start_server iperf3-server "$port" iperf3 -s -1 -B 127.0.0.1 -p "$port"
+  spid=$(child_of "$(server_pid iperf3-server)")
+  start_client "$port" 3
+  cpid=$(child_of "$CLIENT_PID")
+  # Connected (two connections: control and data), and moving bytes.
+  deadline=$((SECONDS + 20))
+  until (($(ss -Htn state established "( dport = :$port )" | wc -l) >= 2)); do
+    ((SECONDS < deadline)) || fail "iperf3 did not connect within 20 s"
+    sleep 0.1
+  done
+  for pid in "$cpid" "$spid"; do
+    alive "$pid" || fail "pid $pid exited before the check"
+    [[ ! -e $SEG$pid ]] || fail "R2SOCK_STATSEG=0, yet pid $pid has $SEG$pid"
+    out=$("$STAT" --once -p "$pid" 2>&1) && fail "R2SOCK_STATSEG=0, yet r2sock-stat lists pid $pid: $out"
+  done
+  wait "$CLIENT_PID" || fail "iperf3 client failed (status $?): $(tail -n 3 "$TMP/client.log")"
+  wait_server iperf3-server
+  check_stats conns=4 bulk=2 bytes=1 procs=2
+  ;;
+killed)
+  port=$(free_port)
+  start_server iperf3-server "$port" iperf3 -s -1 -B 127.0.0.1 -p "$port"
+  spid=$(child_of "$(server_pid iperf3-server)")
+  # Listening is enough for a segment.
+  out=$("$STAT" --once -p "$spid") || fail "r2sock-stat does not list the listening server (pid $spid)"
+  awk -v p="$spid" '$1 == p && $7 == 1 { ok = 1 } END { exit !ok }' <<<"$out" ||
+    fail "expected pid $spid with LISTEN 1 in: $out"
+  [[ -f $SEG$spid ]] || fail "r2sock-stat listed pid $spid, yet $SEG$spid does not exist"
+  kill -KILL "$spid"
+  deadline=$((SECONDS + 10))
+  while alive "$spid"; do
+    ((SECONDS < deadline)) || fail "pid $spid still alive 10 s after SIGKILL"
+    sleep 0.05
+  done
+  out=$("$STAT" --once -p "$spid" 2>&1) && fail "r2sock-stat lists the killed pid $spid: $out"
+  [[ ! -e $SEG$spid ]] || fail "r2sock-stat read the dead pid $spid's segment but left $SEG$spid"
+  wait_server iperf3-server 10 137
+  ;;
+*) fail "unknown mode '$mode'" ;;
+esac
+log PASS
