@@ -1286,13 +1286,15 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
     (void)flush_ctrl(l, fd);
     if (l->tx_state == R2S_TX_RING) {
       TP(l)->close_tx(TPS(l));
+      TP(l)->flush(TPS(l));
       if (TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
     }
     l->tx_shut = true;
     pthread_mutex_unlock(&l->tx_lock);
   }
   /* The kernel's FIN follows everything queued: the peer sees the end of
-   * the stream after the last frame, and after the last ring byte. */
+   * the stream after the last frame, and after the last ring byte (the
+   * transport's flush made sure those are in the peer's ring). */
   return r2s__libc.shutdown(fd, how) < 0 ? -errno : 0;
 }
 
@@ -1337,6 +1339,9 @@ void r2s__link_close(r2s_link_t *l, int fd)
   pthread_mutex_unlock(&l->rx_lock);
   pthread_mutex_lock(&l->tx_lock);
   (void)flush_ctrl(l, fd);
+  /* Our FIN must not overtake our last ring bytes (RDMA writes still in
+   * flight): the peer would read the end of the stream before them. */
+  if (l->tx_state == R2S_TX_RING) TP(l)->flush(TPS(l));
   pthread_mutex_unlock(&l->tx_lock);
   /* The peer's hello or frames may still be on their way to us: an orderly
    * close in the background (reaper.h). Unless the application left its

@@ -96,6 +96,10 @@ typedef struct r2s_transport_s {
   /* This end will write no more: the peer reads end of stream after the
    * bytes already in its ring. */
   void (*close_tx)(r2s_tp_state_t *st);
+  /* Returns once every byte put (and close_tx) is in the peer's ring, or
+   * after a bounded wait: the link calls it before the kernel sends our
+   * FIN, which must not overtake them. */
+  void (*flush)(r2s_tp_state_t *st);
   void (*release)(r2s_tp_state_t *st);
 } r2s_transport_t;
 

@@ -675,12 +675,17 @@ void r2s__rdma_exit(int ms)
   r2s__rdma_for_each(drain_one, (uint64_t)r2s__now_ns() + (uint64_t)ms * 1000000u);
 }
 
+static void rdma_flush(r2s_tp_state_t *st)
+{
+  r2s__rdma_drain(st, (uint64_t)r2s__now_ns() + 1000000000u);
+}
+
 static void rdma_release(r2s_tp_state_t *st)
 {
   if (!foreign(st)) {
     /* Bytes the application handed us before close() still go out, as
      * the kernel would send them for TCP. */
-    r2s__rdma_drain(st, (uint64_t)r2s__now_ns() + 1000000000u);
+    rdma_flush(st);
     r2s__rdma_untrack(st);
     destroy(st);
     r2s__rdma_dev_put(st->port.dev);
@@ -711,5 +716,6 @@ const r2s_transport_t r2s__transport_rdma = {
     .take_peer_tx_sleeper = rdma_take_peer_tx_sleeper,
     .peer_tx_closed = rdma_peer_tx_closed,
     .close_tx = rdma_close_tx,
+    .flush = rdma_flush,
     .release = rdma_release,
 };

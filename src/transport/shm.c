@@ -239,6 +239,11 @@ static void shm_close_tx(r2s_tp_state_t *st)
   if (st->attached) __atomic_store_n(&st->peer.ctl->producer_closed, 1, __ATOMIC_RELEASE);
 }
 
+static void shm_flush(r2s_tp_state_t *st)
+{
+  (void)st; /* a put is in the peer's ring when it returns */
+}
+
 /* Local only: after fork() the connection may live on in another process,
  * so nothing shared is marked closed here; the peer learns that the
  * connection ended from TCP (FIN, or a reset), as the kernel decides. */
@@ -269,5 +274,6 @@ const r2s_transport_t r2s__transport_shm = {
     .take_peer_tx_sleeper = shm_take_peer_tx_sleeper,
     .peer_tx_closed = shm_peer_tx_closed,
     .close_tx = shm_close_tx,
+    .flush = shm_flush,
     .release = shm_release,
 };

@@ -72,11 +72,11 @@ rdma_case() {
 
 for mode in block nonblock-epoll-et poll; do
   for flags in "" --bidir --halfclose; do
-    # 8 MiB is short: under TCG the first 1-5 MiB go over TCP while the
-    # queue pairs connect (more when both directions send at once)
+    # the first MiBs go over TCP while the queue pairs connect (all of 8 MiB
+    # once, when both directions sent at once before either read), so 32
     rdma_case "stream-$mode${flags:+-${flags#--}}" 7000 1 20 100 \
       "$SC server --host $IP --port 7000 --mode $mode --once --timeout 60" \
-      "$SC client --host $IP --port 7000 --mode $mode --bytes 8M --timeout 60 $flags"
+      "$SC client --host $IP --port 7000 --mode $mode --bytes 32M --timeout 60 $flags"
   done
 done
 
