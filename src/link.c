@@ -514,7 +514,16 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
       settle_plain(l);
       return RETRY;
     }
-    l->rx_plain_pending = true; /* RING: after the ring's first v bytes */
+    /* RING: after the ring's first v bytes. The sender published those
+     * before it sent PLAIN, so v lies between what we consumed and what the
+     * ring holds; anything else would leave us waiting for ring bytes that
+     * never come while TCP bytes pile up unread. */
+    {
+      ssize_t avail = TP(l)->avail(TPS(l));
+      uint64_t consumed = TP(l)->consumed(TPS(l));
+      if (l->rx_plain_pending || avail < 0 || v < consumed || v - consumed > (uint64_t)avail) return -EPROTO;
+    }
+    l->rx_plain_pending = true;
     l->rx_plain_at = v;
     return RETRY;
   case R2S_FRAME_DOORBELL:
@@ -609,6 +618,9 @@ static ssize_t rx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt
  * Returns 0, or -errno for a broken stream. */
 static int pump_control(r2s_link_t *l, int fd)
 {
+  /* After PLAIN, TCP carries the application's bytes again (once the ring
+   * is read up to the offset): they are not frames. */
+  if (l->rx_plain_pending) return 0;
   while (!l->rx_eof) {
     r2s_frame_hdr_t h;
     int t = read_frame(l, fd, &h);
@@ -1012,6 +1024,9 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
         int rc = pump_control(l, fd);
         if (rc < 0) fail(l, rc, "bad frame from the peer");
       }
+      size_t one = 1;
+      if (l->rx_state == R2S_RX_RING && ring_ends_here(l, &one))
+        *owned &= (short)~POLLIN; /* after PLAIN: the kernel's answer stands again */
       if (l->failed)
         rev |= POLLIN | POLLERR;
       else if (l->rx_shut || l->rx_eof)

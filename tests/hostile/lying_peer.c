@@ -72,6 +72,7 @@ typedef struct liar_s {
   size_t tlen;
   bool stall_rx; /* stop taking bytes from our ring (no credits) */
   bool tx_on;    /* our switch mark is out: the stream may flow */
+  bool tx_plain; /* after our PLAIN frame: raw TCP again */
 } liar_t;
 
 static double now_s(void)
@@ -123,6 +124,25 @@ static void send_hdr(liar_t *l, uint8_t type, uint32_t len)
   send_all(l, h, sizeof h, 0);
 }
 
+/* This host's identity as the shim reads it (hostid.c): boot id and
+ * network namespace, so that our offers reach. */
+static void host_identity(uint8_t boot_id[16], uint64_t *netns)
+{
+  char txt[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(txt, sizeof txt, f)) sc_die(SC_EXIT_FAIL, "lying_peer: no boot id");
+  fclose(f);
+  int k = 0;
+  for (char *p = txt; *p && k < 16; p++) {
+    if (*p == '-') continue;
+    if (sscanf(p, "%2hhx", &boot_id[k]) != 1) break;
+    k++, p++;
+  }
+  struct stat sb;
+  if (k != 16 || stat("/proc/self/ns/net", &sb) < 0) sc_die(SC_EXIT_FAIL, "lying_peer: no host identity");
+  *netns = sb.st_ino;
+}
+
 /* The HANDSHAKE this end sends: the peer's host identity (so shared memory
  * reaches), our ring if offer is set. */
 static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
@@ -130,8 +150,7 @@ static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
   r2s_handshake_t h;
   memset(&h, 0, sizeof h);
   h.version = h.min_version = R2S_PROTO_VERSION;
-  memcpy(h.boot_id, l->peer_hs.boot_id, 16);
-  h.netns = l->peer_hs.netns;
+  host_identity(h.boot_id, &h.netns);
   if (offer) {
     h.has_shm = 1;
     memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
@@ -301,7 +320,13 @@ static bool step(liar_t *l, bool *proto_ok)
   if (l->tx_on && !sc_tx_done(l->s) && flush_tcp(l)) {
     const uint8_t *d;
     size_t n = sc_tx_peek(l->s, 1 << 16, &d);
-    if (n && l->out_on) {
+    if (n && l->tx_plain) {
+      memcpy(l->tbuf, d, n);
+      l->tlen = n;
+      sc_tx_commit(l->s, n);
+      moved = true;
+      flush_tcp(l);
+    } else if (n && l->out_on) {
       struct iovec v = {(void *)d, n};
       ssize_t k = r2s__ring_put(&l->out, &v, 1, 0, n);
       if (k > 0) {
@@ -328,7 +353,9 @@ static bool step(liar_t *l, bool *proto_ok)
       if (k > 0) {
         feed(l, l->s->rxbuf, (size_t)k);
         moved = true;
-        if (take_word(&l->in.ctl->producer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+        /* after our PLAIN, our direction carries no frames: a sleeping
+         * producer finds the room when its sleep times out */
+        if (!l->tx_plain && take_word(&l->in.ctl->producer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
       }
     }
   }
@@ -413,9 +440,17 @@ static bool await_close(liar_t *l, double secs)
 
 /* ---- the protocol, honest parts ---- */
 
+/* Our hello. A shim switches its own send direction when it notices a
+ * peer's hello, which a server that only polls for POLLIN does once our
+ * switch mark and frames arrive: so, like a shim client, we switch first. */
 static bool hello(liar_t *l)
 {
   send_urgent(l, R2S_HELLO_BYTE);
+  return true;
+}
+
+static bool await_hs(liar_t *l)
+{
   return run_until(l, have_hs, 10) && l->peer_hs.has_shm;
 }
 
@@ -435,7 +470,7 @@ static bool honest_rings(liar_t *l)
 {
   if (!hello(l)) return false;
   switch_mark(l, true);
-  if (!run_until(l, ring_or_decline, 10) || !l->got_ring) return false;
+  if (!await_hs(l) || !run_until(l, ring_or_decline, 10) || !l->got_ring) return false;
   if (map_out_ring(l) < 0) return false;
   send_u64(l, R2S_FRAME_RING, 0);
   return true;
@@ -453,6 +488,7 @@ static const lie_t lies[] = {
     {"honest-ring", EXPECT_VERIFIED, "no lie: both directions through shared-memory rings"},
     {"honest-frames", EXPECT_VERIFIED, "no lie: no ring offered, DATA frames both ways"},
     {"ignored-frames", EXPECT_VERIFIED, "bogus CREDIT/FIN/DECLINE values and a doorbell storm mid-stream"},
+    {"plain-honest", EXPECT_VERIFIED, "no lie: the ring, then PLAIN at its end, then raw TCP (urgent-data fallback)"},
     {"tail-past", EXPECT_CLOSED, "our tail in the server's ring jumps past head + size"},
     {"tail-back", EXPECT_CLOSED, "our tail in the server's ring moves backwards"},
     {"head-past", EXPECT_CLOSED, "credits: the head of our ring jumps past the server's tail"},
@@ -521,6 +557,9 @@ static void bent_offer(liar_t *l, const char *kase)
     ring_size = 3u << 12;
     data = 3u << 12;
   } else if (strcmp(kase, "name-own-ring") == 0) {
+    /* needs the server's ring name: a server that reads (block mode)
+     * answers our hello alone */
+    if (!await_hs(l)) sc_die(SC_EXIT_FAIL, "lying_peer: no handshake from the server");
     make = false;
     memcpy(l->in_name, l->peer_hs.shm.name, sizeof l->in_name);
     ring_size = l->peer_hs.shm.ring_size;
@@ -545,8 +584,7 @@ static void bent_offer(liar_t *l, const char *kase)
   r2s_handshake_t h;
   memset(&h, 0, sizeof h);
   h.version = h.min_version = R2S_PROTO_VERSION;
-  memcpy(h.boot_id, l->peer_hs.boot_id, 16);
-  h.netns = l->peer_hs.netns;
+  host_identity(h.boot_id, &h.netns);
   h.has_shm = 1;
   memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
   h.shm.ring_size = ring_size;
@@ -683,6 +721,23 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
       fflush(stdout);
       _exit(0);
     }
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  if (IS("plain-honest")) {
+    if (!honest_rings(l) || !run_until(l, server_consumed, 10)) {
+      *ok = false;
+      return EXPECT_CLOSED;
+    }
+    /* Our ring writes stop; once the server has drained them, PLAIN says
+     * where they end. The pause lets the server's poll() read the PLAIN
+     * frame before the raw bytes arrive behind it. */
+    l->out_on = l->tx_on = false;
+    double end = now_s() + 10;
+    while (__atomic_load_n(&l->out.ctl->head, __ATOMIC_ACQUIRE) != l->out.tail && now_s() < end) usleep(1000);
+    send_u64(l, R2S_FRAME_PLAIN, l->out.tail);
+    usleep(200000);
+    l->tx_plain = l->tx_on = true;
     if (!run_until(l, stream_done, 60)) *ok = false;
     return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
   }
