@@ -84,9 +84,17 @@ static double now_s(void)
 
 /* ---- TCP ---- */
 
+static bool flush_tcp(liar_t *l);
+
+/* Sends all of p, after the DATA frame still queued in tbuf (a frame must
+ * not land inside another one's payload). */
 static void send_all(liar_t *l, const void *p, size_t n, int flags)
 {
   const uint8_t *b = p;
+  while (l->tlen && !l->tcp_end && !flush_tcp(l)) {
+    struct pollfd pf = {l->fd, POLLOUT, 0};
+    poll(&pf, 1, 10);
+  }
   while (n) {
     ssize_t k = send(l->fd, b, n, flags | MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;

@@ -41,8 +41,12 @@ if [[ -n $R2SOCK_LIB ]]; then
     ''|tcp|shm|rdma) ;;
     *) fail "R2SOCK_EXPECT_PATH must be tcp, shm or rdma, not '$R2SOCK_EXPECT_PATH'" ;;
   esac
+  # A sanitizer build of the library needs its runtime loaded first
+  # (as tests/progs/run-pair.sh does): R2S_PRELOAD is what goes in LD_PRELOAD.
+  R2S_SANITIZER_RT=$(ldd "$R2SOCK_LIB" 2>/dev/null | awk '/lib[at]san\.so/ { print $3; exit }')
+  R2S_PRELOAD=${R2S_SANITIZER_RT:+$R2S_SANITIZER_RT:}$R2SOCK_LIB
   # `env` is exec'd plain and sets LD_PRELOAD only for the program it runs.
-  SHIM=(env LD_PRELOAD="$R2SOCK_LIB" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$STATS")
+  SHIM=(env LD_PRELOAD="$R2S_PRELOAD" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$STATS")
 else
   SHIM=()
 fi

@@ -31,7 +31,7 @@ trap 'printf "[%s] FAIL: unexpected status %s at %s line %s: %s\n" "$R2S_TEST" "
 # shellcheck disable=SC2034 # SHIM_AT is this function's result
 shim_at() {
   if [[ -n $R2SOCK_LIB ]]; then
-    SHIM_AT=(env LD_PRELOAD="$R2SOCK_LIB" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$1")
+    SHIM_AT=(env LD_PRELOAD="$R2S_PRELOAD" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$1")
   else
     SHIM_AT=("${PLAIN[@]}")
   fi
@@ -124,7 +124,8 @@ shm_check_leaks() {
       [[ -n $name ]] || continue
       pid=${name#r2s-}
       pid=${pid%%-*}
-      if [[ $pid =~ ^[0-9]+$ && $ours != *" $pid "* ]]; then
+      # Not r2s-PID-...: not a ring name of the shim (another program's).
+      if [[ ! $pid =~ ^[0-9]+$ || $ours != *" $pid "* ]]; then
         foreign=$((foreign + 1))
         continue
       fi
