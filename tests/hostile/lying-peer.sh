@@ -49,17 +49,7 @@ if (($# > 0)); then cases=("$@"); else mapfile -t cases < <("$LIAR" --list | cut
 declare -A expect=()
 while IFS=$'\t' read -r name outcome _; do expect[$name]=$outcome; done < <("$LIAR" --list)
 
-# Nothing of a failed run may outlive the test.
-LIVE=()
-lp_cleanup() {
-  local rc=$? p
-  for p in "${LIVE[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  set +e
-  trap - ERR
-  (exit "$rc")
-  r2s_cleanup
-}
-trap lp_cleanup EXIT
+trap live_cleanup EXIT
 
 show() { printf '\n--- %s\n%s' "$2" "$(tail -n 20 "$1/$2" | cut -c1-300)"; }
 

@@ -32,16 +32,7 @@ BOUND_S=${R2S_NOTICE_BOUND_S:-10}
 RANDOM=$SEED
 R2SOCK_EXPECT_PATH= # a killed connection may die before any upgrade
 
-LIVE=()
-ft_cleanup() {
-  local rc=$? p
-  for p in "${LIVE[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  set +e
-  trap - ERR
-  (exit "$rc")
-  r2s_cleanup
-}
-trap ft_cleanup EXIT
+trap live_cleanup EXIT
 
 # start_sc NAME ARGS...: a shim'd stream_check server in the background;
 # sets SPID and SPORT.

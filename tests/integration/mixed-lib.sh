@@ -14,6 +14,8 @@
 #                  check_stats on FILE with the path forced to tcp: the
 #                  connection ends in FILE must not have been upgraded,
 #                  whatever R2SOCK_EXPECT_PATH the suite runs with
+#   LIVE, live_cleanup
+#                  background pids a test started; killed at exit
 #   us_now         microseconds since the epoch, without a fork
 #   run_to FILE SECS CMD...
 #                  lib.sh's run() with CMD's stdout and stderr in FILE; a
@@ -22,6 +24,21 @@
 #                  cleanup's log dump, which run inside the redirection.)
 
 PLAIN=(env -u LD_PRELOAD)
+
+# LIVE: pids of background programs a test started itself. With
+# `trap live_cleanup EXIT` they are killed before lib.sh's cleanup, so
+# nothing of a failed run outlives the test.
+LIVE=()
+live_cleanup() {
+  local rc=$? p
+  for p in "${LIVE[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  # r2s_cleanup reads the status from $?; set -e would end this trap at the
+  # (exit) that sets it.
+  set +e
+  trap - ERR
+  (exit "$rc")
+  r2s_cleanup
+}
 
 # Under set -e a command that fails outside fail() ends the test silently:
 # name it. (errtrace: also inside functions and command substitutions.)
