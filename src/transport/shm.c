@@ -93,8 +93,13 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs)
   }
   st->named = true;
   st->own_len = r2s__ring_bytes(size);
-  if (ftruncate(fd, (off_t)st->own_len) < 0) {
-    rc = -errno;
+  /* Reserve the pages, not just the size: tmpfs hands out pages on first
+   * touch, and a full /dev/shm would then kill both ends with SIGBUS in
+   * the middle of a copy. Without room the offer fails and the
+   * connection stays on TCP. */
+  rc = ftruncate(fd, (off_t)st->own_len) < 0 ? errno : posix_fallocate(fd, 0, (off_t)st->own_len);
+  if (rc) {
+    rc = -rc;
     r2s__libc.close(fd);
     goto err_unlink;
   }
