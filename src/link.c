@@ -898,7 +898,10 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = TP(l)->put(TPS(l), iov, cnt, 0, iov_total(iov, cnt));
       if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
-      if (n == -EPROTO) fail_tx(l, (int)n, "the peer broke its ring");
+      if (n == -EPROTO) { /* the application sees a reset, as on TCP */
+        fail_tx(l, (int)n, "the peer broke its ring");
+        n = -ECONNRESET;
+      }
       break;
     }
     default:
