@@ -1086,8 +1086,8 @@ static void check_peer_alive(r2s_link_t *l, int fd)
   if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return;
   if (pthread_mutex_trylock(&l->rx_lock) == 0) {
     int st = l->rx_state;
-    if (st == R2S_RX_RING && pump_is_due(l) && pump_control(l, fd) < 0)
-      __atomic_store_n(&l->failed, -ECONNRESET, __ATOMIC_RELEASE);
+    int rc = st == R2S_RX_RING && pump_is_due(l) ? pump_control(l, fd) : 0;
+    if (rc < 0) fail(l, rc, "bad frame from the peer"); /* rx_lock held */
     pthread_mutex_unlock(&l->rx_lock);
   }
   struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
