@@ -12,6 +12,7 @@
  * where O is
  *   verified  the whole stream was exchanged and checked (honest or ignored lie)
  *   closed    the server's side ended the connection (EOF or reset) after the lie
+ *   died      (die-mid-ring) this program exited in the middle of a ring transfer
  * and exits 0 when the outcome is the one the case expects, 1 otherwise,
  * 3 on its own watchdog.
  */
@@ -188,16 +189,16 @@ static int make_segment(const char *name, mode_t mode, size_t data, void **mem, 
   return 0;
 }
 
-static void in_ring_name(liar_t *l, const char *tag)
+static void in_ring_name(liar_t *l)
 {
   uint32_t r = 0;
   (void)getrandom(&r, sizeof r, 0);
-  snprintf(l->in_name, sizeof l->in_name, "/r2s-%d-liar%s%08x", (int)getpid(), tag, r);
+  snprintf(l->in_name, sizeof l->in_name, "/r2s-%d-liar%08x", (int)getpid(), r);
 }
 
 static int offer_in_ring(liar_t *l)
 {
-  in_ring_name(l, "");
+  in_ring_name(l);
   int rc = make_segment(l->in_name, 0600, IN_RING_SIZE, &l->in_mem, &l->in_len);
   if (rc < 0) return rc;
   r2s__ring_attach(&l->in, l->in_mem, IN_RING_SIZE);
@@ -556,7 +557,7 @@ static void bent_offer(liar_t *l, const char *kase)
   mode_t mode = 0600;
   size_t data = IN_RING_SIZE;
   uint64_t ring_size = IN_RING_SIZE;
-  in_ring_name(l, "");
+  in_ring_name(l);
   if (strcmp(kase, "name-missing") == 0) {
     make = false;
   } else if (strcmp(kase, "name-prefix") == 0) {
@@ -629,7 +630,7 @@ static void raw_handshake(liar_t *l, uint16_t version, uint16_t min_version)
 static void bad_name_handshake(liar_t *l, bool unterminated)
 {
   uint8_t buf[256];
-  in_ring_name(l, "");
+  in_ring_name(l);
   int n = make_handshake(l, true, buf, sizeof buf);
   uint8_t *name = buf + R2S_FRAME_HDR_LEN + 32 + 3;
   if (unterminated)
@@ -864,7 +865,7 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
     l->bad += 998; /* the first one is honest; counted once below */
   } else if (IS("hs-bad-offer")) {
     uint8_t buf[256];
-    in_ring_name(l, "");
+    in_ring_name(l);
     int n = make_handshake(l, true, buf, sizeof buf);
     buf[R2S_FRAME_HDR_LEN + 32 + 1] = 0xff, buf[R2S_FRAME_HDR_LEN + 32 + 2] = 0xff;
     send_all(l, buf, (size_t)n, 0);
