@@ -52,6 +52,12 @@ if [[ -n $R2SOCK_LIB ]]; then
     # ours: tests/unit and tests/progs (run-pair.sh).
     export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
     printf '[%s] %s\n' "$R2S_TEST" "ASan runtime preloaded; LeakSanitizer off for this test's programs (third-party exit-time leaks)" >&2
+  elif [[ $R2S_SANITIZER_RT == *libtsan* ]]; then
+    # Races inside third-party programs (iperf's own threads, seen through
+    # TSan's free/inet_ntop interceptors) are theirs; only calls made from
+    # instrumented code, the shim's, are checked.
+    export TSAN_OPTIONS=ignore_noninstrumented_modules=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}
+    printf '[%s] %s\n' "$R2S_TEST" "TSan runtime preloaded; races are reported for instrumented code (the shim) only" >&2
   fi
   # `env` is exec'd plain and sets LD_PRELOAD only for the program it runs.
   SHIM=(env LD_PRELOAD="$R2S_PRELOAD" R2SOCK_STATS=1 R2SOCK_STATS_FILE="$STATS")
