@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Resource limits and a reset control connection, both ends under the shim.
 #   usage: fault-limits.sh nofile|as|shm-full|reset
-#   nofile:   the client runs with RLIMIT_NOFILE = 4 (its socket is the last
-#             fd it may have): no ring can be made or mapped there
+#   nofile:   the client runs with an RLIMIT_NOFILE that leaves room for
+#             its socket and nothing more: no ring can be made or mapped
 #   as:       the client runs with RLIMIT_AS of 800 MB and rings of 1 GiB:
 #             the ring cannot be mapped
 #   shm-full: both ends run in a private mount namespace whose /dev/shm is a
@@ -68,8 +68,20 @@ like_tcp() {
 shm_snapshot
 case $mode in
   nofile)
-    [[ -z ${R2S_SANITIZER_RT:-} ]] || skip "a sanitizer runtime needs more than 4 fds to start: RLIMIT_NOFILE=4 cannot be tested under it"
-    pair "" "prlimit --nofile=4:4 --" 8M
+    [[ -z ${R2S_SANITIZER_RT:-} ]] || skip "a sanitizer runtime needs more fds to start than this limit leaves: RLIMIT_NOFILE cannot be tested under it"
+    # The client keeps only fds 0-2 (ctest and bash leave others open; bash's
+    # own script fd 255 is close-on-exec), then fd 3 is its socket and the
+    # last one it may have.
+    cat >"$TMP/closefds" <<'EOF'
+#!/bin/bash
+for f in /proc/$$/fd/*; do
+  f=${f##*/}
+  ((f > 2 && f != 255)) && eval "exec $f>&-"
+done
+exec "$@"
+EOF
+    chmod +x "$TMP/closefds"
+    pair "" "$TMP/closefds prlimit --nofile=4:4 --" 8M
     like_tcp
     ;;
   as)
