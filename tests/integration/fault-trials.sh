@@ -60,7 +60,7 @@ client() {
   LIVE+=("$CPID")
 }
 
-nfds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+nfds() { { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null || true; } | wc -l; }
 # The shim's info line for a connection, written when the application
 # closes it: stream_check closes a connection as soon as it failed (its
 # error lines come only at exit).
