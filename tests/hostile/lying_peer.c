@@ -784,7 +784,7 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
   /* The rest lie on the frames or in the rings, then wait for the end. */
   if (IS("tail-past") || IS("tail-back") || IS("head-past") || IS("head-back") || IS("data-after-ring") ||
       IS("plain-past")) {
-    if (!IS("head-past") && !IS("head-back")) l->tx_cap = 256 << 10;
+    if (IS("tail-past") || IS("tail-back") || IS("data-after-ring")) l->tx_cap = 256 << 10;
     if (!honest_rings(l)) {
       *ok = false;
       return EXPECT_VERIFIED;
