@@ -44,6 +44,13 @@ static inline r2s_tp_state_t *TPS(const r2s_link_t *l)
   return __atomic_load_n(&l->tps, __ATOMIC_ACQUIRE);
 }
 
+/* failed is set by whichever side meets the error, under its own lock, and
+ * read by the other side and by poll without either. */
+static inline int FAILED(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->failed, __ATOMIC_ACQUIRE);
+}
+
 /* ---- kernel calls, nonblocking, returning -errno ---- */
 
 static ssize_t k_send(int fd, const void *buf, size_t len, int flags)
@@ -139,15 +146,25 @@ static void settle_plain(r2s_link_t *l)
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
 }
 
+/* A protocol error on the receive side (rx_lock held: the frame header in
+ * hand is shown). */
 static void fail(r2s_link_t *l, int err, const char *why)
 {
-  if (!l->failed)
+  if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) == 0)
     r2s__warn(
         "connection reset: %s (%s; rx state %d, tx state %d, header %02x %02x %02x %02x %02x %02x %02x %02x, "
         "%u header bytes)",
-        why, strerror(-err), l->rx_state, l->tx_state, l->rx_hdr[0], l->rx_hdr[1], l->rx_hdr[2], l->rx_hdr[3],
-        l->rx_hdr[4], l->rx_hdr[5], l->rx_hdr[6], l->rx_hdr[7], l->rx_hdr_len);
-  l->failed = -ECONNRESET;
+        why, strerror(-err), l->rx_state, __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE), l->rx_hdr[0],
+        l->rx_hdr[1], l->rx_hdr[2], l->rx_hdr[3], l->rx_hdr[4], l->rx_hdr[5], l->rx_hdr[6], l->rx_hdr[7],
+        l->rx_hdr_len);
+}
+
+/* The same from the send side (tx_lock held), which must not look at the
+ * receive side's frame state. */
+static void fail_tx(r2s_link_t *l, int err, const char *why)
+{
+  if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) == 0)
+    r2s__warn("connection reset: %s (%s; tx state %d)", why, strerror(-err), l->tx_state);
 }
 
 /* The peer turned out to be a plain TCP stack: the receive direction was
@@ -255,7 +272,7 @@ int r2s__link_tx_path(const r2s_link_t *l)
 int r2s__link_reason(const r2s_link_t *l)
 {
   if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
-  if (l->failed) return R2S_REASON_FAILED;
+  if (FAILED(l)) return R2S_REASON_FAILED;
   if (l->tcp_reason) return l->tcp_reason;
   return __atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) ? R2S_REASON_UNFINISHED : R2S_REASON_NO_PEER_YET;
 }
@@ -658,7 +675,16 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
       settle_plain(l);
       return RETRY;
     }
-    l->rx_plain_pending = true; /* RING: after the ring's first v bytes */
+    /* RING: after the ring's first v bytes. The sender published those
+     * before it sent PLAIN, so v lies between what we consumed and what the
+     * ring holds; anything else would leave us waiting for ring bytes that
+     * never come while TCP bytes pile up unread. */
+    {
+      ssize_t avail = TP(l)->avail(TPS(l));
+      uint64_t consumed = TP(l)->consumed(TPS(l));
+      if (l->rx_plain_pending || avail < 0 || v < consumed || v - consumed > (uint64_t)avail) return -EPROTO;
+    }
+    l->rx_plain_pending = true;
     l->rx_plain_at = v;
     return RETRY;
   case R2S_FRAME_DOORBELL:
@@ -758,6 +784,9 @@ static ssize_t rx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt
  * Returns 0, or -errno for a broken stream. */
 static int pump_control(r2s_link_t *l, int fd)
 {
+  /* After PLAIN, TCP carries the application's bytes again (once the ring
+   * is read up to the offset): they are not frames. */
+  if (l->rx_plain_pending) return 0;
   while (!l->rx_eof) {
     r2s_frame_hdr_t h;
     int t = read_frame(l, fd, &h);
@@ -835,8 +864,8 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   pthread_mutex_lock(&l->rx_lock);
   ssize_t n;
   do {
-    if (l->failed) {
-      n = l->failed;
+    if (FAILED(l)) {
+      n = FAILED(l);
       break;
     }
     if (l->rx_shut) {
@@ -862,7 +891,7 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) fail(l, (int)n, "bad frame from the peer");
   } while (n == RETRY);
-  if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = l->failed;
+  if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
   pthread_mutex_unlock(&l->rx_lock);
   return n;
 }
@@ -889,7 +918,7 @@ static void pump_from_sender(r2s_link_t *l, int fd)
     }
   }
   if (st == R2S_RX_FRAMES) {
-    while (l->rx_data_left == 0 && !l->failed) {
+    while (l->rx_data_left == 0 && !FAILED(l)) {
       r2s_frame_hdr_t h;
       int t = read_frame(l, fd, &h);
       if (t <= 0) {
@@ -961,7 +990,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   pthread_mutex_lock(&l->tx_lock);
   ssize_t n = RETRY;
   while (n == RETRY) {
-    if (l->failed) {
+    if (FAILED(l)) {
       n = -EPIPE;
       break;
     }
@@ -1024,7 +1053,10 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = TP(l)->put(TPS(l), iov, cnt, 0, iov_total(iov, cnt));
       if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
-      if (n == -EPROTO) fail(l, (int)n, "the peer broke its ring");
+      if (n == -EPROTO) { /* the application sees a reset, as on TCP */
+        fail_tx(l, (int)n, "the peer broke its ring");
+        n = -ECONNRESET;
+      }
       break;
     }
     default:
@@ -1096,11 +1128,11 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   }
   /* The peer must be past our switch mark before a new urgent pointer can
    * replace it (Linux keeps one): wait for its RING or DECLINE. */
-  while (!l->peer_passed_mark && !l->failed) {
+  while (!l->peer_passed_mark && !FAILED(l)) {
     pthread_mutex_unlock(&l->tx_lock);
     pump_from_sender(l, fd);
     pthread_mutex_lock(&l->tx_lock);
-    if (l->peer_passed_mark || l->failed) break;
+    if (l->peer_passed_mark || FAILED(l)) break;
     if (nonblock) {
       pthread_mutex_unlock(&l->tx_lock);
       return -EAGAIN;
@@ -1110,7 +1142,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
     r2s__libc.poll(&p, 1, 10);
     pthread_mutex_lock(&l->tx_lock);
   }
-  ssize_t rc = l->failed ? l->failed : 0;
+  ssize_t rc = FAILED(l) ? FAILED(l) : 0;
   if (!rc && l->tx_data_left) rc = -EAGAIN; /* a DATA frame is half sent */
   if (!rc && l->tx_state == R2S_TX_PLAIN) { /* after an interlude: nothing to end */
     pthread_mutex_unlock(&l->tx_lock);
@@ -1151,7 +1183,7 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
 {
   short rev = 0;
   *owned = 0;
-  if (l->failed) {
+  if (FAILED(l)) {
     *owned = events & (POLLIN | POLLOUT);
     return (short)(POLLERR | (events & (POLLIN | POLLOUT)));
   }
@@ -1167,7 +1199,10 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
         int rc = pump_control(l, fd);
         if (rc < 0) fail(l, rc, "bad frame from the peer");
       }
-      if (l->failed)
+      size_t one = 1;
+      if (l->rx_state == R2S_RX_RING && ring_ends_here(l, &one))
+        *owned &= (short)~POLLIN; /* after PLAIN: the kernel's answer stands again */
+      if (FAILED(l))
         rev |= POLLIN | POLLERR;
       else if (l->rx_shut || l->rx_eof)
         rev |= POLLIN | (l->rx_err ? POLLERR : 0);
@@ -1206,7 +1241,8 @@ static void check_peer_alive(r2s_link_t *l, int fd)
   if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return;
   if (pthread_mutex_trylock(&l->rx_lock) == 0) {
     int st = l->rx_state;
-    if (st == R2S_RX_RING && pump_is_due(l) && pump_control(l, fd) < 0) l->failed = -ECONNRESET;
+    int rc = st == R2S_RX_RING && pump_is_due(l) ? pump_control(l, fd) : 0;
+    if (rc < 0) fail(l, rc, "bad frame from the peer"); /* rx_lock held */
     pthread_mutex_unlock(&l->rx_lock);
   }
   struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
@@ -1308,7 +1344,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
    * unread bytes by a reset, and the peer would see ECONNRESET where plain
    * TCP gives it a clean end. Application bytes left unread are left
    * alone: there the reset is TCP's own. */
-  for (int guard = 0; guard < 64 && !l->rx_eof && !l->failed; guard++) {
+  for (int guard = 0; guard < 64 && !l->rx_eof && !FAILED(l); guard++) {
     int st = l->rx_state;
     if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
       if (at_mark(fd) != 1) break;
@@ -1333,7 +1369,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
       if (t == R2S_FRAME_DATA) l->rx_data_left = h.len;
       break;
     }
-    if (t != R2S_FRAME_DATA && handle_control(l, fd, &h) < 0 && !l->failed) break;
+    if (t != R2S_FRAME_DATA && handle_control(l, fd, &h) < 0 && !FAILED(l)) break;
     if (l->rx_plain_pending || l->rx_state == R2S_RX_PLAIN) break;
   }
   pthread_mutex_unlock(&l->rx_lock);
@@ -1351,6 +1387,6 @@ void r2s__link_close(r2s_link_t *l, int fd)
    * unread bytes may be the application's. */
   int unread = 0;
   bool ring_only = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING && !l->rx_plain_pending;
-  if (!l->failed && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0)))
+  if (!FAILED(l) && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0)))
     (void)r2s__reaper_adopt(fd);
 }

@@ -13,6 +13,7 @@
 #include "libc.h"
 #include "link.h"
 #include "options.h"
+#include "sanitize.h"
 #include "stats.h"
 
 #define SLEEP_CAP_MS 100
@@ -101,6 +102,7 @@ static bool nonblocking(r2s_conn_t *c, int flags)
 
 ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
+  R2S_SANITIZE_IOV(iov, cnt);
   r2s_link_t *l = c->link;
   size_t want = total_len(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
@@ -127,6 +129,7 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
 
 ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
+  R2S_SANITIZE_IOV(iov, cnt);
   r2s_link_t *l = c->link;
   size_t want = total_len(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags);

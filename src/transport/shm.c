@@ -94,8 +94,13 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   }
   st->named = true;
   st->own_len = r2s__ring_bytes(size);
-  if (ftruncate(fd, (off_t)st->own_len) < 0) {
-    rc = -errno;
+  /* Reserve the pages, not just the size: tmpfs hands out pages on first
+   * touch, and a full /dev/shm would then kill both ends with SIGBUS in
+   * the middle of a copy. Without room the offer fails and the
+   * connection stays on TCP. */
+  rc = ftruncate(fd, (off_t)st->own_len) < 0 ? errno : posix_fallocate(fd, 0, (off_t)st->own_len);
+  if (rc) {
+    rc = -rc;
     r2s__libc.close(fd);
     goto err_unlink;
   }
@@ -134,6 +139,9 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   uint64_t size = peer->shm.ring_size;
   if (strncmp(peer->shm.name, NAME_PREFIX, strlen(NAME_PREFIX)) != 0) return -EPROTO;
   if (size < 4096 || size > (1ull << 30) || (size & (size - 1))) return -EPROTO;
+  /* Our own ring, offered back to us, would make us our own producer: we
+   * would read our own bytes as the peer's. */
+  if (strncmp(peer->shm.name, st->name, R2S_SHM_NAME_MAX) == 0) return -EPROTO;
   int fd = shm_open(peer->shm.name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
   if (fd < 0) return -errno;
   /* Only a segment made the way shm_offer makes them, by our own user: a
@@ -142,9 +150,10 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   int rc = 0;
   if (fstat(fd, &sb) < 0)
     rc = -errno;
-  else if (sb.st_uid != geteuid() || (sb.st_mode & 0777) != 0600 ||
-           (uint64_t)sb.st_size != r2s__ring_bytes(size))
-    rc = -EPERM;
+  else if (sb.st_uid != geteuid())
+    rc = -EPERM; /* counted as another user's peer */
+  else if ((sb.st_mode & 0777) != 0600 || (uint64_t)sb.st_size != r2s__ring_bytes(size))
+    rc = -EPROTO; /* not a ring as shm_offer makes them */
   void *mem = rc ? MAP_FAILED : mmap(NULL, r2s__ring_bytes(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (!rc && mem == MAP_FAILED) rc = -errno;
   r2s__libc.close(fd);

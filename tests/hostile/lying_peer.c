@@ -1,0 +1,956 @@
+/*
+ * lying_peer: a client that speaks r2sock's upgrade protocol
+ * (docs/protocol.md) to a shim'd stream_check server and lies in one way per
+ * run, chosen by --case. It moves a verified stream_check stream (sc_stream.h)
+ * over whatever path the protocol gives it, so the honest cases prove that
+ * this program speaks the protocol right, and the lying cases can only pass
+ * if the shim really rejects (or safely ignores) the lie.
+ *
+ * usage: lying_peer --port P --case NAME [--bytes N] [--timeout S]
+ *        lying_peer --list
+ * Prints one line "lying_peer: case NAME: outcome=O bad_inputs=N verified=V"
+ * where O is
+ *   verified  the whole stream was exchanged and checked (honest or ignored lie)
+ *   closed    the server's side ended the connection (EOF or reset) after the lie
+ *   died      (die-mid-ring) this program exited in the middle of a ring transfer
+ * and exits 0 when the outcome is the one the case expects, 1 otherwise,
+ * 3 on its own watchdog.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "ring.h"
+#include "sc_net.h"
+#include "sc_stream.h"
+#include "sc_util.h"
+
+#define IN_RING_SIZE (64u << 10) /* the ring we offer the server */
+
+enum expect { EXPECT_VERIFIED, EXPECT_CLOSED };
+
+typedef struct liar_s {
+  int fd;
+  uint64_t bad; /* lies sent */
+  sc_session_t *s;
+  /* the server's receive ring, which we produce into */
+  void *out_mem;
+  size_t out_len;
+  r2s_ring_t out;
+  bool out_on;
+  /* our receive ring, which the server produces into */
+  char in_name[R2S_SHM_NAME_MAX];
+  void *in_mem;
+  size_t in_len;
+  r2s_ring_t in;
+  bool in_on, in_offered;
+  /* the TCP stream from the server: frames after its switch mark */
+  uint8_t rbuf[1 << 16];
+  size_t rlen;
+  uint32_t data_left; /* payload bytes of the DATA frame being read */
+  bool tcp_end;       /* EOF or reset seen */
+  int tcp_err;
+  bool got_hs, got_ring, got_decline;
+  r2s_handshake_t peer_hs;
+  /* frames bytes waiting to be sent */
+  uint8_t tbuf[(1 << 16) + 64];
+  size_t tlen;
+  bool stall_rx; /* stop taking bytes from our ring (no credits) */
+  bool tx_on;    /* our switch mark is out: the stream may flow */
+  bool tx_plain; /* after our PLAIN frame: raw TCP again */
+  uint64_t tx_cap; /* if set: stream bytes sent before the lie, at most (the
+                      server must still be reading when it comes) */
+} liar_t;
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- TCP ---- */
+
+static bool flush_tcp(liar_t *l);
+
+/* Sends all of p, after the DATA frame still queued in tbuf (a frame must
+ * not land inside another one's payload). */
+static void send_all(liar_t *l, const void *p, size_t n, int flags)
+{
+  const uint8_t *b = p;
+  while (l->tlen && !l->tcp_end && !flush_tcp(l)) {
+    struct pollfd pf = {l->fd, POLLOUT, 0};
+    poll(&pf, 1, 10);
+  }
+  while (n) {
+    ssize_t k = send(l->fd, b, n, flags | MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      if (errno == EAGAIN) {
+        struct pollfd pf = {l->fd, POLLOUT, 0};
+        poll(&pf, 1, 10);
+        continue;
+      }
+      /* the server may have reset us already: that is an outcome, not an error */
+      l->tcp_end = true;
+      l->tcp_err = errno;
+      return;
+    }
+    b += k, n -= (size_t)k;
+  }
+}
+
+static void send_urgent(liar_t *l, uint8_t c)
+{
+  send_all(l, &c, 1, MSG_OOB);
+}
+
+static void send_u64(liar_t *l, uint8_t type, uint64_t v)
+{
+  uint8_t f[R2S_FRAME_HDR_LEN + 8];
+  r2s__frame_u64_encode(type, v, f, sizeof f);
+  send_all(l, f, sizeof f, 0);
+}
+
+static void send_hdr(liar_t *l, uint8_t type, uint32_t len)
+{
+  uint8_t h[R2S_FRAME_HDR_LEN];
+  r2s__frame_hdr_put(h, sizeof h, type, len);
+  send_all(l, h, sizeof h, 0);
+}
+
+/* This host's identity as the shim reads it (hostid.c): boot id and
+ * network namespace, so that our offers reach. */
+static void host_identity(uint8_t boot_id[16], uint64_t *netns)
+{
+  char txt[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(txt, sizeof txt, f)) sc_die(SC_EXIT_FAIL, "lying_peer: no boot id");
+  fclose(f);
+  int k = 0;
+  for (char *p = txt; *p && k < 16; p++) {
+    if (*p == '-') continue;
+    if (sscanf(p, "%2hhx", &boot_id[k]) != 1) break;
+    k++, p++;
+  }
+  struct stat sb;
+  if (k != 16 || stat("/proc/self/ns/net", &sb) < 0) sc_die(SC_EXIT_FAIL, "lying_peer: no host identity");
+  *netns = sb.st_ino;
+}
+
+/* The HANDSHAKE this end sends: the peer's host identity (so shared memory
+ * reaches), our ring if offer is set. */
+static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
+{
+  r2s_handshake_t h;
+  memset(&h, 0, sizeof h);
+  h.version = h.min_version = R2S_PROTO_VERSION;
+  host_identity(h.boot_id, &h.netns);
+  if (offer) {
+    h.has_shm = 1;
+    memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
+    h.shm.ring_size = IN_RING_SIZE;
+  }
+  return r2s__handshake_encode(&h, buf, cap);
+}
+
+/* ---- shared memory ---- */
+
+/* A segment the way the shim makes them, or bent by the case: mode, data
+ * size (bytes of ring after the control page). */
+static int make_segment(const char *name, mode_t mode, size_t data, void **mem, size_t *len)
+{
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, mode);
+  if (fd < 0) return -errno;
+  (void)fchmod(fd, mode); /* past the umask */
+  *len = R2S_RING_CTL_SIZE + data;
+  if (ftruncate(fd, (off_t)*len) < 0) {
+    close(fd);
+    return -errno;
+  }
+  *mem = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (*mem == MAP_FAILED) return -errno;
+  memset(*mem, 0, R2S_RING_CTL_SIZE);
+  return 0;
+}
+
+static void in_ring_name(liar_t *l)
+{
+  uint32_t r = 0;
+  (void)getrandom(&r, sizeof r, 0);
+  snprintf(l->in_name, sizeof l->in_name, "/r2s-%d-liar%08x", (int)getpid(), r);
+}
+
+static int offer_in_ring(liar_t *l)
+{
+  in_ring_name(l);
+  int rc = make_segment(l->in_name, 0600, IN_RING_SIZE, &l->in_mem, &l->in_len);
+  if (rc < 0) return rc;
+  r2s__ring_attach(&l->in, l->in_mem, IN_RING_SIZE);
+  l->in_offered = true;
+  return 0;
+}
+
+static int map_out_ring(liar_t *l)
+{
+  int fd = shm_open(l->peer_hs.shm.name, O_RDWR, 0);
+  if (fd < 0) return -errno;
+  l->out_len = r2s__ring_bytes(l->peer_hs.shm.ring_size);
+  l->out_mem = mmap(NULL, l->out_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (l->out_mem == MAP_FAILED) return -errno;
+  shm_unlink(l->peer_hs.shm.name);
+  if (r2s__ring_attach(&l->out, l->out_mem, l->peer_hs.shm.ring_size) < 0) return -EINVAL;
+  l->out_on = true;
+  return 0;
+}
+
+/* The sleeping words of docs/protocol.md: a peer about to sleep set its
+ * word; whoever moved bytes takes it and rings. */
+static bool take_word(uint32_t *w)
+{
+  return __atomic_load_n(w, __ATOMIC_SEQ_CST) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
+}
+
+/* ---- receiving: the server's frames ---- */
+
+static void feed(liar_t *l, const uint8_t *p, size_t n)
+{
+  while (n) {
+    size_t want = sc_rx_want(l->s);
+    size_t k = want && want < n ? want : n; /* more than wanted: let the session say so */
+    if (sc_rx_feed(l->s, p, k) != 0) return;
+    p += k, n -= k;
+  }
+}
+
+/* Parses what rbuf holds. Returns false on a frame this client cannot
+ * accept (the server broke the protocol: a test failure). */
+static bool parse(liar_t *l)
+{
+  size_t off = 0;
+  while (off < l->rlen) {
+    if (l->data_left) {
+      size_t k = l->rlen - off < l->data_left ? l->rlen - off : l->data_left;
+      feed(l, l->rbuf + off, k);
+      off += k, l->data_left -= (uint32_t)k;
+      continue;
+    }
+    r2s_frame_hdr_t h;
+    int rc = r2s__frame_hdr_parse(l->rbuf + off, l->rlen - off, &h);
+    if (rc == -EAGAIN) break;
+    if (rc < 0) {
+      fprintf(stderr, "lying_peer: the server sent a bad frame header (%s)\n", strerror(-rc));
+      return false;
+    }
+    if (h.type == R2S_FRAME_DATA) {
+      off += R2S_FRAME_HDR_LEN;
+      l->data_left = h.len;
+      continue;
+    }
+    if (l->rlen - off < R2S_FRAME_HDR_LEN + h.len) break;
+    const uint8_t *pl = l->rbuf + off + R2S_FRAME_HDR_LEN;
+    uint64_t v = 0;
+    if (h.type == R2S_FRAME_HANDSHAKE) {
+      if (r2s__handshake_decode(pl, h.len, &l->peer_hs) < 0) return false;
+      l->got_hs = true;
+    } else if (h.type == R2S_FRAME_RING) {
+      if (r2s__frame_u64_decode(pl, h.len, &v) < 0 || v != 0 || !l->in_offered) return false;
+      l->got_ring = l->in_on = true;
+    } else if (h.type == R2S_FRAME_DECLINE) {
+      l->got_decline = true;
+    }
+    off += R2S_FRAME_HDR_LEN + h.len;
+  }
+  memmove(l->rbuf, l->rbuf + off, l->rlen - off);
+  l->rlen -= off;
+  return true;
+}
+
+/* Reads what TCP has (nonblocking); false on a protocol violation. */
+static bool pump(liar_t *l)
+{
+  while (!l->tcp_end && l->rlen < sizeof l->rbuf) {
+    ssize_t n = recv(l->fd, l->rbuf + l->rlen, sizeof l->rbuf - l->rlen, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      l->tcp_end = true;
+      l->tcp_err = n < 0 ? errno : 0;
+      break;
+    }
+    l->rlen += (size_t)n;
+    if (!parse(l)) return false;
+  }
+  return parse(l);
+}
+
+/* ---- the stream, over frames or rings ---- */
+
+static bool flush_tcp(liar_t *l)
+{
+  while (l->tlen) {
+    ssize_t n = send(l->fd, l->tbuf, l->tlen, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EAGAIN) return false;
+    if (n < 0) {
+      l->tcp_end = true;
+      l->tcp_err = errno;
+      l->tlen = 0;
+      return false;
+    }
+    memmove(l->tbuf, l->tbuf + n, l->tlen - (size_t)n);
+    l->tlen -= (size_t)n;
+  }
+  return true;
+}
+
+/* One round of moving bytes; returns whether anything moved. */
+static bool step(liar_t *l, bool *proto_ok)
+{
+  bool moved = false;
+  size_t before = l->rlen;
+  *proto_ok = pump(l);
+  if (l->rlen != before || l->tcp_end) moved = true;
+  bool capped = l->tx_cap && l->s->tx_data_bytes >= l->tx_cap;
+  if (l->tx_on && !capped && !sc_tx_done(l->s) && flush_tcp(l)) {
+    const uint8_t *d;
+    size_t n = sc_tx_peek(l->s, 1 << 16, &d);
+    if (n && l->tx_plain) {
+      memcpy(l->tbuf, d, n);
+      l->tlen = n;
+      sc_tx_commit(l->s, n);
+      moved = true;
+      flush_tcp(l);
+    } else if (n && l->out_on) {
+      struct iovec v = {(void *)d, n};
+      ssize_t k = r2s__ring_put(&l->out, &v, 1, 0, n);
+      if (k > 0) {
+        sc_tx_commit(l->s, (size_t)k);
+        moved = true;
+        if (take_word(&l->out.ctl->consumer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+      }
+    } else if (n) {
+      r2s__frame_hdr_put(l->tbuf, sizeof l->tbuf, R2S_FRAME_DATA, (uint32_t)n);
+      memcpy(l->tbuf + R2S_FRAME_HDR_LEN, d, n);
+      l->tlen = R2S_FRAME_HDR_LEN + n;
+      sc_tx_commit(l->s, n);
+      moved = true;
+      flush_tcp(l);
+    }
+  } else if (l->tlen) {
+    flush_tcp(l);
+  }
+  if (l->in_on && !l->stall_rx) {
+    size_t want = sc_rx_want(l->s);
+    if (want) {
+      struct iovec v = {l->s->rxbuf, want < SC_CHUNK_MAX ? want : SC_CHUNK_MAX};
+      ssize_t k = r2s__ring_get(&l->in, &v, 1, v.iov_len, false);
+      if (k > 0) {
+        feed(l, l->s->rxbuf, (size_t)k);
+        moved = true;
+        /* after our PLAIN, our direction carries no frames: a sleeping
+         * producer finds the room when its sleep times out */
+        if (!l->tx_plain && take_word(&l->in.ctl->producer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+      }
+    }
+  }
+  /* the end of the stream comes after every ring byte */
+  if (l->tcp_end && !sc_rx_done(l->s) && sc_rx_want(l->s) == 0 &&
+      (!l->in_on || r2s__ring_avail(&l->in) == 0))
+    sc_rx_eof(l->s);
+  return moved;
+}
+
+static void wait_a_little(liar_t *l)
+{
+  struct pollfd pf = {l->fd, POLLIN | (l->tlen ? POLLOUT : 0), 0};
+  poll(&pf, 1, l->in_on || l->out_on ? 1 : 20);
+}
+
+/* Runs the stream until done() or the end of the connection. */
+static bool run_until(liar_t *l, bool (*done)(liar_t *), double secs)
+{
+  double end = now_s() + secs;
+  while (!done(l)) {
+    bool ok;
+    if (!step(l, &ok)) wait_a_little(l);
+    if (!ok) return false;
+    if (l->tcp_end && !l->in_on) break;
+    if (sc_session_error(l->s)[0] || now_s() > end) break;
+    if (l->tcp_end && sc_rx_done(l->s)) break;
+  }
+  return done(l);
+}
+
+static bool stream_done(liar_t *l)
+{
+  return sc_rx_done(l->s) && sc_tx_done(l->s);
+}
+static bool have_hs(liar_t *l)
+{
+  return l->got_hs;
+}
+static bool ring_or_decline(liar_t *l)
+{
+  return l->got_ring || l->got_decline;
+}
+static bool header_sent(liar_t *l)
+{
+  return l->s->tx_data_bytes >= 4096;
+}
+static bool server_consumed(liar_t *l)
+{
+  return l->out_on && __atomic_load_n(&l->out.ctl->head, __ATOMIC_ACQUIRE) >= 4096;
+}
+static bool server_produced(liar_t *l)
+{
+  return l->in_on && __atomic_load_n(&l->in.ctl->tail, __ATOMIC_ACQUIRE) >= 4096;
+}
+static bool consumed_a_ring(liar_t *l)
+{
+  return l->in_on && l->in.head > IN_RING_SIZE + 4096;
+}
+static bool in_ring_full(liar_t *l)
+{
+  return l->in_on && r2s__ring_avail(&l->in) == (ssize_t)IN_RING_SIZE;
+}
+
+/* After a lie: the server's side must end the connection. Keeps reading
+ * (and dropping) what comes, so a reset is not caused by our own unread
+ * bytes. */
+static bool await_close(liar_t *l, double secs)
+{
+  double end = now_s() + secs;
+  while (!l->tcp_end && now_s() < end) {
+    uint8_t junk[65536];
+    ssize_t n = recv(l->fd, junk, sizeof junk, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      l->tcp_end = true;
+      l->tcp_err = n < 0 ? errno : 0;
+      break;
+    }
+    if (n < 0) {
+      struct pollfd pf = {l->fd, POLLIN, 0};
+      poll(&pf, 1, 50);
+    }
+  }
+  return l->tcp_end;
+}
+
+/* ---- the protocol, honest parts ---- */
+
+/* Our hello. A shim switches its own send direction when it notices a
+ * peer's hello, which a server that only polls for POLLIN does once our
+ * switch mark and frames arrive: so, like a shim client, we switch first. */
+static bool hello(liar_t *l)
+{
+  send_urgent(l, R2S_HELLO_BYTE);
+  return true;
+}
+
+static bool await_hs(liar_t *l)
+{
+  return run_until(l, have_hs, 10) && l->peer_hs.has_shm;
+}
+
+/* Our switch mark and an honest HANDSHAKE (with our ring if offer). */
+static void switch_mark(liar_t *l, bool offer)
+{
+  uint8_t hs[256];
+  if (offer && offer_in_ring(l) < 0) sc_die(SC_EXIT_FAIL, "lying_peer: cannot make a ring: %s", strerror(errno));
+  int n = make_handshake(l, offer, hs, sizeof hs);
+  send_urgent(l, R2S_SWITCH_BYTE);
+  send_all(l, hs, (size_t)n, 0);
+  l->tx_on = true;
+}
+
+/* Both directions into rings, as a shim would. */
+static bool honest_rings(liar_t *l)
+{
+  if (!hello(l)) return false;
+  switch_mark(l, true);
+  if (!await_hs(l) || !run_until(l, ring_or_decline, 10) || !l->got_ring) return false;
+  if (map_out_ring(l) < 0) return false;
+  send_u64(l, R2S_FRAME_RING, 0);
+  return true;
+}
+
+/* ---- the cases ---- */
+
+typedef struct lie_s {
+  const char *name;
+  enum expect expect;
+  const char *what;
+} lie_t;
+
+static const lie_t lies[] = {
+    {"honest-ring", EXPECT_VERIFIED, "no lie: both directions through shared-memory rings"},
+    {"honest-frames", EXPECT_VERIFIED, "no lie: no ring offered, DATA frames both ways"},
+    {"ignored-frames", EXPECT_VERIFIED, "bogus CREDIT/FIN/DECLINE values and a doorbell storm mid-stream"},
+    {"plain-honest", EXPECT_VERIFIED, "no lie: the ring, then PLAIN at its end, then raw TCP (urgent-data fallback)"},
+    {"tail-past", EXPECT_CLOSED, "our tail in the server's ring jumps past head + size"},
+    {"tail-back", EXPECT_CLOSED, "our tail in the server's ring moves backwards"},
+    {"head-past", EXPECT_CLOSED, "credits: the head of our ring jumps past the server's tail"},
+    {"head-back", EXPECT_CLOSED, "credits: the head of our ring moves backwards"},
+    {"ring-offset", EXPECT_CLOSED, "RING frame with an offset past the ring"},
+    {"data-after-ring", EXPECT_CLOSED, "a DATA frame after RING"},
+    {"plain-past", EXPECT_CLOSED, "PLAIN frame with an offset past anything written, then EOF"},
+    {"trunc-hdr-eof", EXPECT_CLOSED, "switch mark, 5 bytes of a frame header, EOF"},
+    {"trunc-payload-eof", EXPECT_CLOSED, "switch mark, a HANDSHAKE cut short, EOF"},
+    {"oversize-data", EXPECT_CLOSED, "a DATA frame of 256 KiB + 1"},
+    {"oversize-ctrl", EXPECT_CLOSED, "a control frame of 64 KiB + 1"},
+    {"huge-len", EXPECT_CLOSED, "a DATA frame of 4 GiB - 1"},
+    {"unknown-type", EXPECT_CLOSED, "frame type 0x7f"},
+    {"type-zero", EXPECT_CLOSED, "frame type 0"},
+    {"reserved-bits", EXPECT_CLOSED, "reserved header bytes not 0"},
+    {"version-future", EXPECT_CLOSED, "HANDSHAKE of protocol version 2 only"},
+    {"version-inverted", EXPECT_CLOSED, "HANDSHAKE with min version above version"},
+    {"mark-garbage", EXPECT_CLOSED, "switch mark followed by plain text, no handshake"},
+    {"mark-eof", EXPECT_CLOSED, "switch mark, then EOF"},
+    {"hs-flood", EXPECT_CLOSED, "1000 HANDSHAKE frames"},
+    {"hs-bad-offer", EXPECT_CLOSED, "an offer whose length runs past the frame"},
+    {"name-slash", EXPECT_CLOSED, "a segment name with a '/' inside"},
+    {"name-unterminated", EXPECT_CLOSED, "a segment name without its NUL"},
+    {"name-missing", EXPECT_VERIFIED, "a segment name that does not exist: fall back to frames"},
+    {"name-prefix", EXPECT_VERIFIED, "a well-made segment not named /r2s-*: fall back"},
+    {"name-mode", EXPECT_VERIFIED, "a segment of mode 0644: fall back"},
+    {"name-size", EXPECT_VERIFIED, "a segment smaller than the ring offered: fall back"},
+    {"name-ringsize", EXPECT_VERIFIED, "a ring size that is not a power of two: fall back"},
+    {"name-symlink", EXPECT_VERIFIED, "a segment name that is a symlink to a good segment: fall back"},
+    {"name-other-user", EXPECT_VERIFIED, "a segment owned by another user: fall back"},
+    {"name-own-ring", EXPECT_VERIFIED, "the server's own ring offered back to it: fall back"},
+    {"stall-credits", EXPECT_CLOSED, "never take bytes from our ring: the server's writer must sleep"},
+    {"die-mid-ring", EXPECT_CLOSED, "exit in the middle of a ring transfer"},
+};
+
+static const lie_t *find_lie(const char *name)
+{
+  for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++)
+    if (strcmp(lies[i].name, name) == 0) return &lies[i];
+  return NULL;
+}
+
+static void doorbell(liar_t *l)
+{
+  send_hdr(l, R2S_FRAME_DOORBELL, 0);
+}
+
+/* A bent offer: name, segment made (or not) as the case says, then a
+ * HANDSHAKE that offers it. */
+static void bent_offer(liar_t *l, const char *kase)
+{
+  bool make = true;
+  mode_t mode = 0600;
+  size_t data = IN_RING_SIZE;
+  uint64_t ring_size = IN_RING_SIZE;
+  in_ring_name(l);
+  if (strcmp(kase, "name-missing") == 0) {
+    make = false;
+  } else if (strcmp(kase, "name-prefix") == 0) {
+    snprintf(l->in_name, sizeof l->in_name, "/liar-%d-ring", (int)getpid());
+  } else if (strcmp(kase, "name-mode") == 0) {
+    mode = 0644;
+  } else if (strcmp(kase, "name-size") == 0) {
+    data = 4096;
+  } else if (strcmp(kase, "name-ringsize") == 0) {
+    ring_size = 3u << 12;
+    data = 3u << 12;
+  } else if (strcmp(kase, "name-own-ring") == 0) {
+    /* needs the server's ring name: a server that reads (block mode)
+     * answers our hello alone */
+    if (!await_hs(l)) sc_die(SC_EXIT_FAIL, "lying_peer: no handshake from the server");
+    make = false;
+    memcpy(l->in_name, l->peer_hs.shm.name, sizeof l->in_name);
+    ring_size = l->peer_hs.shm.ring_size;
+  }
+  char target[R2S_SHM_NAME_MAX];
+  if (strcmp(kase, "name-symlink") == 0) {
+    snprintf(target, sizeof target, "%s-target", l->in_name);
+    if (make_segment(target, 0600, data, &l->in_mem, &l->in_len) < 0) sc_die(SC_EXIT_FAIL, "lying_peer: shm_open");
+    char from[128], to[128];
+    snprintf(from, sizeof from, "/dev/shm%s", l->in_name);
+    snprintf(to, sizeof to, "/dev/shm%s", target);
+    if (symlink(to, from) < 0) sc_die(SC_EXIT_FAIL, "lying_peer: symlink %s: %s", from, strerror(errno));
+    make = false;
+  }
+  if (make && make_segment(l->in_name, mode, data, &l->in_mem, &l->in_len) < 0)
+    sc_die(SC_EXIT_FAIL, "lying_peer: cannot make segment %s: %s", l->in_name, strerror(errno));
+  if (strcmp(kase, "name-other-user") == 0) {
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", l->in_name);
+    if (chown(path, 65534, 65534) < 0) sc_die(SC_EXIT_SKIP, "lying_peer: chown to nobody: %s", strerror(errno));
+  }
+  r2s_handshake_t h;
+  memset(&h, 0, sizeof h);
+  h.version = h.min_version = R2S_PROTO_VERSION;
+  host_identity(h.boot_id, &h.netns);
+  h.has_shm = 1;
+  memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
+  h.shm.ring_size = ring_size;
+  uint8_t buf[256];
+  int n = r2s__handshake_encode(&h, buf, sizeof buf);
+  send_urgent(l, R2S_SWITCH_BYTE);
+  send_all(l, buf, (size_t)n, 0);
+  l->tx_on = true;
+  l->bad++;
+  if (strcmp(kase, "name-symlink") == 0) {
+    char from[128];
+    snprintf(from, sizeof from, "/dev/shm%s", l->in_name);
+    (void)run_until(l, ring_or_decline, 10);
+    unlink(from);
+    shm_unlink(target);
+  }
+}
+
+/* A HANDSHAKE with the fields as given, raw. */
+static void raw_handshake(liar_t *l, uint16_t version, uint16_t min_version)
+{
+  uint8_t buf[256];
+  int n = make_handshake(l, false, buf, sizeof buf);
+  buf[8] = (uint8_t)version, buf[9] = (uint8_t)(version >> 8);
+  buf[10] = (uint8_t)min_version, buf[11] = (uint8_t)(min_version >> 8);
+  send_all(l, buf, (size_t)n, 0);
+}
+
+/* Bent segment names inside an otherwise good HANDSHAKE. */
+static void bad_name_handshake(liar_t *l, bool unterminated)
+{
+  uint8_t buf[256];
+  in_ring_name(l);
+  int n = make_handshake(l, true, buf, sizeof buf);
+  uint8_t *name = buf + R2S_FRAME_HDR_LEN + 32 + 3;
+  if (unterminated)
+    memset(name, 'a', R2S_SHM_NAME_MAX);
+  else
+    memcpy(name, "/r2s-a/../../etc/passwd", sizeof "/r2s-a/../../etc/passwd");
+  send_all(l, buf, (size_t)n, 0);
+}
+
+static long cpu_ticks(int pid)
+{
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  long ut = 0, st = 0;
+  /* fields after the command: state ... utime is the 14th field overall */
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2) return -1;
+  return ut + st;
+}
+
+struct run_opts {
+  const char *go_file;
+  int watch_pid;
+  double cpu_max; /* share of one core the stalled server may use */
+};
+
+static bool wait_for_file(const char *path, double secs)
+{
+  double end = now_s() + secs;
+  while (access(path, F_OK) != 0) {
+    if (now_s() > end) return false;
+    usleep(20000);
+  }
+  return true;
+}
+
+/* Runs the case; returns the outcome reached. */
+static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
+{
+  *ok = true;
+#define IS(x) (strcmp(kase, (x)) == 0)
+  if (IS("honest-ring") || IS("ignored-frames") || IS("stall-credits") || IS("die-mid-ring")) {
+    if (!honest_rings(l)) {
+      fprintf(stderr, "lying_peer: no ring from the server (decline=%d)\n", l->got_decline);
+      *ok = false;
+      return EXPECT_CLOSED;
+    }
+    if (IS("ignored-frames")) {
+      (void)run_until(l, header_sent, 10);
+      send_u64(l, R2S_FRAME_CREDIT, ~0ull);
+      send_u64(l, R2S_FRAME_FIN, 1ull << 62);
+      send_u64(l, R2S_FRAME_DECLINE, 12345);
+      for (int i = 0; i < 1000; i++) doorbell(l);
+      l->bad += 1003;
+    } else if (IS("stall-credits")) {
+      l->stall_rx = true;
+      if (!run_until(l, in_ring_full, 20)) {
+        fprintf(stderr, "lying_peer: the server never filled our ring\n");
+        *ok = false;
+      }
+      l->bad++;
+      /* The server's writer now waits for credits that never come. Once
+       * the other connections are done, it must use (almost) no CPU. */
+      if (ro->go_file && !wait_for_file(ro->go_file, 60)) {
+        fprintf(stderr, "lying_peer: %s never appeared\n", ro->go_file);
+        *ok = false;
+      }
+      if (ro->watch_pid > 0) {
+        long hz = sysconf(_SC_CLK_TCK), t0 = cpu_ticks(ro->watch_pid);
+        double w0 = now_s();
+        for (int i = 0; i < 100; i++) { /* 2 s, still reading (and dropping) TCP */
+          (void)pump(l);
+          usleep(20000);
+        }
+        long t1 = cpu_ticks(ro->watch_pid);
+        double used = (double)(t1 - t0) / (double)hz, wall = now_s() - w0;
+        printf("lying_peer: stalled server used %.2f s of CPU in %.2f s\n", used, wall);
+        if (t0 < 0 || t1 < 0 || used > ro->cpu_max * wall) {
+          fprintf(stderr, "lying_peer: the server spun while waiting for credits (%.2f s CPU in %.2f s)\n", used,
+                  wall);
+          *ok = false;
+        }
+      }
+      if (__atomic_load_n(&l->in.ctl->tail, __ATOMIC_ACQUIRE) - l->in.head != IN_RING_SIZE) {
+        fprintf(stderr, "lying_peer: the server wrote past the credits it had\n");
+        *ok = false;
+      }
+      shutdown(l->fd, SHUT_RDWR);
+      return EXPECT_CLOSED; /* we ended it; the driver checks the server's side */
+    } else if (IS("die-mid-ring")) {
+      (void)run_until(l, server_produced, 10);
+      (void)run_until(l, server_consumed, 10);
+      l->bad++;
+      printf("lying_peer: case die-mid-ring: outcome=died bad_inputs=1 verified=%" PRIu64 "\n",
+             l->s->rx_data_bytes);
+      fflush(stdout);
+      _exit(0);
+    }
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  if (IS("plain-honest")) {
+    if (!honest_rings(l) || !run_until(l, server_consumed, 10)) {
+      *ok = false;
+      return EXPECT_CLOSED;
+    }
+    /* Our ring writes stop; once the server has drained them, PLAIN says
+     * where they end. The pause lets the server's poll() read the PLAIN
+     * frame before the raw bytes arrive behind it. */
+    l->out_on = l->tx_on = false;
+    double end = now_s() + 10;
+    while (__atomic_load_n(&l->out.ctl->head, __ATOMIC_ACQUIRE) != l->out.tail && now_s() < end) usleep(1000);
+    send_u64(l, R2S_FRAME_PLAIN, l->out.tail);
+    usleep(200000);
+    l->tx_plain = l->tx_on = true;
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  if (IS("honest-frames") || strncmp(kase, "name-", 5) == 0) {
+    if (!hello(l)) {
+      *ok = false;
+      return EXPECT_CLOSED;
+    }
+    if (IS("honest-frames")) {
+      switch_mark(l, false);
+    } else if (IS("name-slash") || IS("name-unterminated")) {
+      send_urgent(l, R2S_SWITCH_BYTE);
+      bad_name_handshake(l, IS("name-unterminated"));
+      l->bad++;
+      return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+    } else {
+      bent_offer(l, kase);
+    }
+    send_u64(l, R2S_FRAME_DECLINE, 2);
+    if (!run_until(l, ring_or_decline, 10) || l->got_ring) {
+      fprintf(stderr, "lying_peer: expected the server to decline our ring (ring=%d decline=%d)\n", l->got_ring,
+              l->got_decline);
+      *ok = false;
+    }
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  /* The rest lie on the frames or in the rings, then wait for the end. */
+  if (IS("tail-past") || IS("tail-back") || IS("head-past") || IS("head-back") || IS("data-after-ring") ||
+      IS("plain-past")) {
+    if (IS("tail-past") || IS("tail-back") || IS("data-after-ring")) l->tx_cap = 256 << 10;
+    if (!honest_rings(l)) {
+      *ok = false;
+      return EXPECT_VERIFIED;
+    }
+    if (IS("tail-past")) {
+      (void)run_until(l, header_sent, 10);
+      __atomic_store_n(&l->out.ctl->tail, l->out.tail + l->out.size + 4096, __ATOMIC_RELEASE);
+    } else if (IS("tail-back")) {
+      (void)run_until(l, server_consumed, 10);
+      uint64_t head = __atomic_load_n(&l->out.ctl->head, __ATOMIC_ACQUIRE);
+      __atomic_store_n(&l->out.ctl->tail, head - 8, __ATOMIC_RELEASE);
+    } else if (IS("head-past") || IS("head-back")) {
+      /* Past a ring's worth, the server must have seen a head above 0
+       * (it wrote more than the ring holds): 0 is then a step back. */
+      (void)run_until(l, IS("head-past") ? server_produced : consumed_a_ring, 10);
+      l->stall_rx = true;
+      uint64_t tail = __atomic_load_n(&l->in.ctl->tail, __ATOMIC_ACQUIRE);
+      __atomic_store_n(&l->in.ctl->head, IS("head-past") ? tail + IN_RING_SIZE + 4096 : 0, __ATOMIC_RELEASE);
+    } else if (IS("data-after-ring")) {
+      (void)run_until(l, header_sent, 10);
+      send_hdr(l, R2S_FRAME_DATA, 4);
+      send_all(l, "lies", 4, 0);
+    } else if (IS("plain-past")) {
+      (void)run_until(l, header_sent, 10);
+      send_u64(l, R2S_FRAME_PLAIN, 1ull << 40);
+      send_all(l, "and now plain TCP", 17, 0);
+      shutdown(l->fd, SHUT_WR);
+    }
+    l->bad++;
+    doorbell(l);
+    return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  if (!hello(l)) {
+    *ok = false;
+    return EXPECT_VERIFIED;
+  }
+  if (IS("ring-offset")) {
+    switch_mark(l, true);
+    if (!run_until(l, ring_or_decline, 10) || !l->got_ring || map_out_ring(l) < 0) {
+      *ok = false;
+      return EXPECT_VERIFIED;
+    }
+    send_u64(l, R2S_FRAME_RING, 1ull << 40);
+    l->bad++;
+    return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  send_urgent(l, R2S_SWITCH_BYTE);
+  uint8_t h[R2S_FRAME_HDR_LEN];
+  if (IS("trunc-hdr-eof")) {
+    r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_HANDSHAKE, 80);
+    send_all(l, h, 5, 0);
+    shutdown(l->fd, SHUT_WR);
+  } else if (IS("trunc-payload-eof")) {
+    uint8_t buf[256];
+    int n = make_handshake(l, false, buf, sizeof buf);
+    send_all(l, buf, (size_t)n / 2, 0);
+    shutdown(l->fd, SHUT_WR);
+  } else if (IS("oversize-data") || IS("huge-len")) {
+    switch_mark(l, false); /* a second mark: harmless, the kernel keeps the last */
+    send_u64(l, R2S_FRAME_DECLINE, 2);
+    send_hdr(l, R2S_FRAME_DATA, IS("huge-len") ? 0xffffffffu : R2S_FRAME_DATA_MAX + 1);
+    send_all(l, l->tbuf, 4096, 0);
+  } else if (IS("oversize-ctrl")) {
+    send_hdr(l, R2S_FRAME_DOORBELL, R2S_FRAME_CTRL_MAX + 1);
+    send_all(l, l->tbuf, 4096, 0);
+  } else if (IS("unknown-type") || IS("type-zero") || IS("reserved-bits")) {
+    r2s__frame_hdr_put(h, sizeof h, IS("unknown-type") ? 0x7f : IS("type-zero") ? 0 : R2S_FRAME_DOORBELL, 0);
+    if (IS("reserved-bits")) h[2] = 1;
+    send_all(l, h, sizeof h, 0);
+  } else if (IS("version-future")) {
+    raw_handshake(l, 2, 2);
+  } else if (IS("version-inverted")) {
+    raw_handshake(l, 1, 3);
+  } else if (IS("mark-garbage")) {
+    send_all(l, "GET / HTTP/1.0\r\n\r\n", 18, 0);
+  } else if (IS("mark-eof")) {
+    shutdown(l->fd, SHUT_WR);
+  } else if (IS("hs-flood")) {
+    uint8_t buf[256];
+    int n = make_handshake(l, false, buf, sizeof buf);
+    for (int i = 0; i < 1000 && !l->tcp_end; i++) send_all(l, buf, (size_t)n, 0);
+    l->bad += 998; /* the first one is honest; counted once below */
+  } else if (IS("hs-bad-offer")) {
+    uint8_t buf[256];
+    in_ring_name(l);
+    int n = make_handshake(l, true, buf, sizeof buf);
+    buf[R2S_FRAME_HDR_LEN + 32 + 1] = 0xff, buf[R2S_FRAME_HDR_LEN + 32 + 2] = 0xff;
+    send_all(l, buf, (size_t)n, 0);
+  } else {
+    fprintf(stderr, "lying_peer: case %s not handled\n", kase);
+    exit(2);
+  }
+  l->bad++;
+  return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+#undef IS
+}
+
+int main(int argc, char **argv)
+{
+  static const struct option longopts[] = {
+      {"port", required_argument, NULL, 'p'},   {"case", required_argument, NULL, 'c'},
+      {"bytes", required_argument, NULL, 'b'},  {"timeout", required_argument, NULL, 't'},
+      {"go-file", required_argument, NULL, 'g'}, {"watch-pid", required_argument, NULL, 'w'},
+      {"list", no_argument, NULL, 'l'},         {NULL, 0, NULL, 0},
+  };
+  long port = -1, timeout = 60, wpid = 0;
+  uint64_t bytes = 4 << 20;
+  const char *kase = NULL;
+  struct run_opts ro = {.cpu_max = 0.5};
+  int c;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'p':
+      if (sc_parse_int(optarg, 1, 65535, &port) != 0) sc_die(SC_EXIT_USAGE, "bad --port");
+      break;
+    case 'c':
+      kase = optarg;
+      break;
+    case 'b':
+      if (sc_parse_size(optarg, &bytes) != 0) sc_die(SC_EXIT_USAGE, "bad --bytes");
+      break;
+    case 't':
+      if (sc_parse_int(optarg, 1, 3600, &timeout) != 0) sc_die(SC_EXIT_USAGE, "bad --timeout");
+      break;
+    case 'g':
+      ro.go_file = optarg;
+      break;
+    case 'w':
+      if (sc_parse_int(optarg, 1, 1 << 30, &wpid) != 0) sc_die(SC_EXIT_USAGE, "bad --watch-pid");
+      ro.watch_pid = (int)wpid;
+      break;
+    case 'l':
+      for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++)
+        printf("%s\t%s\t%s\n", lies[i].name, lies[i].expect == EXPECT_VERIFIED ? "verified" : "closed",
+               lies[i].what);
+      return 0;
+    default:
+      sc_die(SC_EXIT_USAGE, "usage: lying_peer --port P --case NAME [--bytes N] [--timeout S] | --list");
+    }
+  }
+  const lie_t *lie = kase ? find_lie(kase) : NULL;
+  if (!lie || port < 0) sc_die(SC_EXIT_USAGE, "usage: lying_peer --port P --case NAME (--list for the cases)");
+  sc_watchdog("lying_peer", (unsigned)timeout);
+
+  static liar_t l;
+  bool inprog = false;
+  l.fd = sc_connect("127.0.0.1", (int)port, false, &inprog);
+  if (l.fd < 0) sc_die(SC_EXIT_FAIL, "lying_peer: connect: %s", strerror(errno));
+  /* The credit lies run one way at a time, so that the server's writer,
+   * not its reader, is the one that meets the lie. */
+  bool one_way = strncmp(lie->name, "head-", 5) == 0;
+  struct sc_params p = {.seed = 4242, .c2s_bytes = bytes, .s2c_bytes = bytes, .flags = one_way ? 0 : SC_F_BIDIR};
+  l.s = sc_session_new(SC_CLIENT, l.fd, 1, &p);
+  if (!l.s) sc_die(SC_EXIT_FAIL, "lying_peer: out of memory");
+
+  bool ok;
+  enum expect got = run_case(&l, lie->name, &ro, &ok);
+  if (l.in_offered || l.in_mem) shm_unlink(l.in_name);
+  const char *err = sc_session_error(l.s);
+  printf("lying_peer: case %s: outcome=%s bad_inputs=%" PRIu64 " verified=%" PRIu64 " tcp_end=%s%s%s\n", lie->name,
+         got == EXPECT_VERIFIED ? "verified" : "closed", l.bad, got == EXPECT_VERIFIED ? l.s->rx_data_bytes : 0,
+         !l.tcp_end ? "none" : l.tcp_err ? strerror(l.tcp_err) : "EOF", err[0] ? " stream: " : "", err);
+  if (!ok || got != lie->expect) {
+    fprintf(stderr, "lying_peer: case %s: expected outcome %s\n", lie->name,
+            lie->expect == EXPECT_VERIFIED ? "verified" : "closed");
+    return SC_EXIT_FAIL;
+  }
+  return 0;
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# What docs/security.md promises about shared memory, checked on live
+# connections, both ends under the shim with R2SOCK_UPGRADE=auto.
+#   usage: security.sh other-user|names
+#   other-user: the server runs as `nobody` (setpriv), the client as root:
+#               neither may map the other's ring, so the connection stays on
+#               TCP frames; 8 MiB each way verified, both ends count it in
+#               tcp_other_user and none in conn_shm. Needs root (skipped
+#               otherwise, with the reason).
+#   names:      during a live upgraded connection no /dev/shm/r2s-* name of
+#               either end is left (unlinked once both hold the ring); the
+#               rings each process maps (found in /proc/PID/maps) are named
+#               /r2s-PID-<24 hex digits> (96 random bits), are mode 0600 and
+#               owned by the process's user; and nothing the shim logs at
+#               the default level, nor at info, names a segment or prints an
+#               address.
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/integration/mixed-lib.sh
+source "$(dirname "$0")/mixed-lib.sh"
+
+mode=${1:?usage: security.sh other-user|names}
+SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
+[[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
+[[ -n $R2SOCK_LIB ]] || skip "nothing to check without the shim"
+[[ ${R2SOCK_UPGRADE:-never} != never ]] || skip "R2SOCK_UPGRADE=never: no shared memory is ever made"
+trap live_cleanup EXIT
+R2SOCK_EXPECT_PATH=
+
+# start_server PREFIX...: stream_check server under the shim, stats and log
+# in a directory anybody may write (the server may run as nobody).
+OUT=$TMP/out
+mkdir -p "$OUT"
+chmod 1777 "$TMP" "$OUT"
+serve() {
+  rm -f "$OUT/ready"
+  mkfifo -m 0666 "$OUT/ready"
+  shim_at "$OUT/server.stats"
+  "$@" "${SHIM_AT[@]}" "$SC" server --host 127.0.0.1 --port 0 --ready-fd 3 --timeout 60 3>"$OUT/ready" \
+    >"$OUT/server.log" 2>&1 &
+  SPID=$!
+  LIVE+=("$SPID")
+  PORT=
+  read -r -t 20 PORT <"$OUT/ready" || true
+  [[ -n $PORT ]] || fail "the server reported no port: $(cat "$OUT/server.log")"
+}
+
+case $mode in
+  other-user)
+    [[ $(id -u) == 0 ]] || skip "running one end as nobody needs root"
+    command -v setpriv >/dev/null || skip "setpriv is not installed"
+    setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$R2SOCK_LIB" ||
+      skip "user nobody cannot read $R2SOCK_LIB (a parent directory is not world-searchable)"
+    serve setpriv --reuid=65534 --regid=65534 --clear-groups
+    shim_at "$OUT/client.stats"
+    run_to "$OUT/client.log" 60 "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$PORT" --bytes 8M --bidir
+    rc=0
+    wait "$SPID" || rc=$?
+    ((rc == 0)) || fail "the server (as nobody) failed with $rc: $(cat "$OUT/server.log")"
+    for end in server client; do
+      ou=$(STATS=$OUT/$end.stats stats_sum tcp_other_user)
+      shm=$(STATS=$OUT/$end.stats stats_sum conn_shm)
+      ((ou == 1 && shm == 0)) ||
+        fail "the $end should count the connection in tcp_other_user (saw $ou) and none in conn_shm (saw $shm)"
+    done
+    log "other-user: 8 MiB each way verified over TCP frames; both ends counted tcp_other_user=1, conn_shm=0"
+    ;;
+  names)
+    serve env R2SOCK_LOG=info
+    shim_at "$OUT/client.stats"
+    R2SOCK_LOG=info "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$PORT" --bytes 256M --bidir \
+      --timeout 60 >"$OUT/client.log" 2>&1 &
+    CPID=$!
+    LIVE+=("$CPID")
+    # Both ends map two rings each once upgraded.
+    deadline=$((SECONDS + 20))
+    until (($(grep -c ' /dev/shm/r2s-' "/proc/$SPID/maps" 2>/dev/null || true) >= 2 &&
+      $(grep -c ' /dev/shm/r2s-' "/proc/$CPID/maps" 2>/dev/null || true) >= 2)); do
+      ((SECONDS < deadline)) || fail "the two ends did not map two rings each within 20 s"
+      kill -0 "$CPID" 2>/dev/null || fail "the client ended before it was upgraded: $(cat "$OUT/client.log")"
+      sleep 0.01
+    done
+    # The names go once both hold the ring; the RING frames that say so
+    # follow at once (bounded wait, not a timing claim).
+    left=
+    for _ in $(seq 1 200); do
+      left=$(find /dev/shm -maxdepth 1 \( -name "r2s-$SPID-*" -o -name "r2s-$CPID-*" \) -printf '%f ')
+      [[ -z $left ]] && break
+      sleep 0.01
+    done
+    [[ -z $left ]] || fail "ring names still in /dev/shm during the live connection: $left"
+    for pid in "$SPID" "$CPID"; do
+      while read -r range _ _ _ _ path rest; do
+        [[ $path == /dev/shm/r2s-* ]] || continue
+        name=${path#/dev/shm/}
+        [[ $name =~ ^r2s-[0-9]+-[0-9a-f]{24}$ ]] || fail "ring name $name is not r2s-PID-<24 hex digits>"
+        [[ $rest == "(deleted)" ]] || fail "ring $name of pid $pid is still linked"
+        st=$(stat -L -c '%a %u' "/proc/$pid/map_files/$range")
+        [[ $st == "600 $(id -u)" ]] || fail "ring $name: mode and owner '$st', expected '600 $(id -u)'"
+      done <"/proc/$pid/maps"
+    done
+    log "names: 4 rings mapped, all r2s-PID-<96 random bits>, mode 0600, owned by us, none left in /dev/shm"
+    wait "$CPID" || fail "the client failed: $(cat "$OUT/client.log")"
+    wait "$SPID" || fail "the server failed: $(cat "$OUT/server.log")"
+    (($(STATS=$OUT/client.stats stats_sum conn_shm) == 1)) || fail "the connection was not upgraded"
+    grep -h '^r2sock\[' "$OUT/server.log" "$OUT/client.log" >"$OUT/shim.lines" || true
+    if grep -Ei 'r2s-[0-9]|0x[0-9a-f]{6,}|rkey|/dev/shm' "$OUT/shim.lines"; then
+      fail "the shim logged a segment name, an address or a key at info level (lines above)"
+    fi
+    log "names: $(wc -l <"$OUT/shim.lines") shim log lines at info level, none naming a segment or an address"
+    ;;
+  *) fail "unknown mode '$mode'" ;;
+esac
+LIVE=()
+log PASS
