@@ -74,8 +74,9 @@ case $mode in
     LIVE+=("$CPID")
     # Both ends map two rings each once upgraded.
     deadline=$((SECONDS + 20))
-    until (($(grep -c ' /dev/shm/r2s-' "/proc/$SPID/maps" 2>/dev/null || true) >= 2 &&
-      $(grep -c ' /dev/shm/r2s-' "/proc/$CPID/maps" 2>/dev/null || true) >= 2)); do
+    # (rings only: r2s-stat-PID is the live statistics segment, checked below)
+    until (($(grep -c ' /dev/shm/r2s-[0-9]' "/proc/$SPID/maps" 2>/dev/null || true) >= 2 &&
+      $(grep -c ' /dev/shm/r2s-[0-9]' "/proc/$CPID/maps" 2>/dev/null || true) >= 2)); do
       ((SECONDS < deadline)) || fail "the two ends did not map two rings each within 20 s"
       kill -0 "$CPID" 2>/dev/null || fail "the client ended before it was upgraded: $(cat "$OUT/client.log")"
       sleep 0.01
@@ -93,6 +94,15 @@ case $mode in
       while read -r range _ _ _ _ path rest; do
         [[ $path == /dev/shm/r2s-* ]] || continue
         name=${path#/dev/shm/}
+        if [[ $name == r2s-stat-* ]]; then
+          # The live statistics segment: named by pid on purpose (r2sock-stat
+          # finds it), never mapped by another process for writing; it must
+          # be this process's own, linked, and private to its user.
+          [[ $name == "r2s-stat-$pid" ]] || fail "pid $pid maps another process's statistics segment $name"
+          st=$(stat -L -c '%a %u' "/proc/$pid/map_files/$range")
+          [[ $st == "600 $(id -u)" ]] || fail "statistics segment $name: mode and owner '$st', expected '600 $(id -u)'"
+          continue
+        fi
         [[ $name =~ ^r2s-[0-9]+-[0-9a-f]{24}$ ]] || fail "ring name $name is not r2s-PID-<24 hex digits>"
         [[ $rest == "(deleted)" ]] || fail "ring $name of pid $pid is still linked"
         st=$(stat -L -c '%a %u' "/proc/$pid/map_files/$range")
