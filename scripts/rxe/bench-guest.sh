@@ -212,6 +212,9 @@ run_case() {
     record "S $r $c $status $CRC"
     if [ "$status" = error ]; then
       say "$id: ERROR:$shown; client log tail:"; tail -n 5 "$LOGDIR/$id.client.log" | sed 's/^/    | /'
+      # the shim's own warnings land in the same log (a reset connection
+      # spoils iperf3's JSON, say): show them, they are the likely cause
+      grep -o 'r2sock\[[0-9]*\]: [a-z]*: .*' "$LOGDIR/$id.client.log" | head -n 3 | sed 's/^/    shim| /'
     fi
   fi
   # iperf2's receiver rate too: its interval ends at EOF, so it also counts
