@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -90,7 +91,13 @@ int r2s__reaper_adopt(int fd)
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    /* The application's signals are for its own threads: a handler run
+     * on ours (sockperf's SIGINT handler) crashed it (seen under load). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     rc = -pthread_create(&t, &a, reaper_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
     started = rc == 0;
   }

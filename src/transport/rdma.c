@@ -174,7 +174,10 @@ static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline
 static int post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool signal)
 {
   if (st->sq_out + n > SQ_DEPTH) {
-    int rc = wait_slots_locked(st, n, r2s__now_ns() + 5000000000ll, false);
+    /* A live queue pair frees slots within round trips, and a dead one
+     * fails by its own retries; this only catches a device that does
+     * neither, so it is generous (a starved guest once took over 5 s). */
+    int rc = wait_slots_locked(st, n, r2s__now_ns() + 30000000000ll, false);
     if (rc) return rc;
   }
   for (unsigned i = 0; i + 1 < n; i++) wr[i].next = &wr[i + 1];
