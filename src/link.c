@@ -868,10 +868,6 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = FAILED(l);
       break;
     }
-    if (l->rx_shut) {
-      n = 0;
-      break;
-    }
     switch (l->rx_state) {
     case R2S_RX_PROBE:
     case R2S_RX_PREMARK:
@@ -892,6 +888,11 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) fail(l, (int)n, "bad frame from the peer");
   } while (n == RETRY);
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
+  /* After shutdown(SHUT_RD) TCP still hands out what is queued, then the
+   * end of the stream; it never waits. So do we: bytes already in the ring
+   * (or in TCP) first. A thread that peeked them must be able to read them
+   * even if another thread shut the socket down in between. */
+  if (n == -EAGAIN && l->rx_shut) n = 0;
   pthread_mutex_unlock(&l->rx_lock);
   return n;
 }

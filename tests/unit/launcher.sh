@@ -45,7 +45,10 @@ echo "launcher: ${#cases[@]} option cases set their variables"
 
 # The library goes first in LD_PRELOAD, by absolute path; the old list stays.
 got=$(cd "$(dirname "$lib")" && LD_PRELOAD=libfoo.so "$launcher" --lib "./$(basename "$lib")" -- env 2>/dev/null | grep '^LD_PRELOAD=')
-[[ $got == "LD_PRELOAD=$(readlink -f "$lib")"*" libfoo.so" ]] || fail "expected LD_PRELOAD=<absolute lib> ... libfoo.so, saw $got"
+# (a sanitizer build's runtime must come first of all: the launcher puts it there)
+san_rt=
+[[ $got == LD_PRELOAD=*/lib*san.so* ]] && san_rt=$(echo "${got#LD_PRELOAD=}" | cut -d' ' -f1)' '
+[[ $got == "LD_PRELOAD=$san_rt$(readlink -f "$lib")"*" libfoo.so" ]] || fail "expected LD_PRELOAD=<absolute lib> ... libfoo.so, saw $got"
 got=$(cd "$tmp" && run --stats-file rel.stats -- env | grep '^R2SOCK_STATS_FILE=')
 [ "$got" = "R2SOCK_STATS_FILE=$tmp/rel.stats" ] || fail "a relative --stats-file must become $tmp/rel.stats, saw $got"
 
