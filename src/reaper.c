@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -16,6 +15,7 @@
 #include "clock.h"
 #include "init.h"
 #include "libc.h"
+#include "thread.h"
 
 #define LINGER_NS (2000000000LL)
 
@@ -87,18 +87,7 @@ int r2s__reaper_adopt(int fd)
   pthread_mutex_lock(&lock);
   int rc = 0;
   if (!started) {
-    pthread_t t;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    /* The application's signals are for its own threads: a handler run
-     * on ours (sockperf's SIGINT handler) crashed it (seen under load). */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    rc = -pthread_create(&t, &a, reaper_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&a);
+    rc = r2s__thread_start(reaper_main, NULL);
     started = rc == 0;
   }
   if (rc == 0 && nreaped == cap) {

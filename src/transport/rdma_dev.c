@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include "../libc.h"
 #include "../log.h"
 #include "../options.h"
+#include "../thread.h"
 
 unsigned r2s__rdma_fork_gen;
 
@@ -219,23 +219,12 @@ static int start_progress(r2s_rdma_dev_t *dev)
   if (!pr) return -ENOMEM;
   pr->dev = dev;
   pr->slot = slot;
-  pthread_attr_t a;
-  pthread_attr_init(&a);
-  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-  /* The application's signals are for its own threads. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, &a, progress_main, pr);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&a);
+  int rc = r2s__thread_start(progress_main, pr);
   if (rc) {
     free(pr);
     free_slot(slot);
-    return -rc;
   }
-  return 0;
+  return rc;
 }
 
 void r2s__rdma_track(r2s_tp_state_t *st, r2s_rdma_dev_t *dev)
