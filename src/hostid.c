@@ -24,7 +24,7 @@ static int hexval(char c)
 static void read_id(void)
 {
   char buf[64];
-  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  int fd = r2s__open_raw("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) {
     id_err = -errno;
     return;

@@ -130,7 +130,7 @@ __attribute__((destructor)) static void r2s_destructor(void)
   size_t n = r2s__stats_format(&s, line, sizeof line);
   int fd = 2;
   if (r2s__opt.stats_file) {
-    fd = open(r2s__opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    fd = r2s__open_raw(r2s__opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
       r2s__warn("cannot open R2SOCK_STATS_FILE %s: %s; printing on stderr", r2s__opt.stats_file,
                 strerror(errno));

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -42,4 +43,10 @@ int r2s__libc_load(void)
   R2S_LIBC_FUNCS(R2S_LIBC_LOAD)
 #undef R2S_LIBC_LOAD
   return rc;
+}
+
+int r2s__open_raw(const char *path, int flags, unsigned mode)
+{
+  long fd = syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+  return (int)fd;
 }

@@ -86,4 +86,11 @@ extern r2s_libc_t r2s__libc;
  * (the name is logged). Safe to call from several threads at once. */
 int r2s__libc_load(void);
 
+/* open(2) for the shim's own files, as a bare system call: the shim closes
+ * them with r2s__libc.close (the next definition, past any sanitizer's
+ * interceptor), so it must open them past it too, or a sanitizer that
+ * tracks descriptors sees an fd it never saw closed reused by another
+ * thread and reports a race (TSan did, in unit.early_ctor). */
+int r2s__open_raw(const char *path, int flags, unsigned mode);
+
 #endif

@@ -226,7 +226,7 @@ static char **startup_environment(void)
   static char buf[64 << 10];
   static char *vec[512];
   if (environ && environ[0]) return environ;
-  int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+  int fd = r2s__open_raw("/proc/self/environ", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return NULL;
   size_t len = 0;
   ssize_t n;

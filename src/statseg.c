@@ -45,7 +45,7 @@ static int reserve_through(uint64_t end)
   if (end <= reserved) return 0;
   uint64_t to = (end + RESERVE_STEP - 1) / RESERVE_STEP * RESERVE_STEP;
   if (to > R2S_STATSEG_SIZE) to = R2S_STATSEG_SIZE;
-  int fd = open(seg_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  int fd = r2s__open_raw(seg_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
   if (fd < 0) return -errno;
   int rc = posix_fallocate(fd, (off_t)reserved, (off_t)(to - reserved));
   r2s__libc.close(fd);
@@ -86,7 +86,7 @@ static void sweep_dead(void)
 static uint64_t start_ticks(void)
 {
   char buf[1024];
-  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  int fd = r2s__open_raw("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
   ssize_t n = r2s__libc.read(fd, buf, sizeof buf - 1);
   r2s__libc.close(fd);
@@ -132,7 +132,7 @@ static int create_segment(void)
   /* A name under our own pid can only be a leftover of this process's
    * earlier image (before an exec) or of a dead process whose pid we got. */
   (void)unlink(name);
-  int fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int fd = r2s__open_raw(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return -errno;
   int rc = 0;
   void *p = MAP_FAILED;
