@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 
@@ -49,4 +50,10 @@ int r2s__open_raw(const char *path, int flags, unsigned mode)
 {
   long fd = syscall(SYS_openat, AT_FDCWD, path, flags, mode);
   return (int)fd;
+}
+
+void *r2s__mmap_fd_raw(size_t len, int fd)
+{
+  long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0L);
+  return p == -1 ? MAP_FAILED : (void *)p;
 }

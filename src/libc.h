@@ -92,5 +92,8 @@ int r2s__libc_load(void);
  * tracks descriptors sees an fd it never saw closed reused by another
  * thread and reports a race (TSan did, in unit.early_ctor). */
 int r2s__open_raw(const char *path, int flags, unsigned mode);
+/* mmap(2) of such a file, for the same reason (a sanitizer's mmap
+ * interceptor also records the descriptor). */
+void *r2s__mmap_fd_raw(size_t len, int fd);
 
 #endif

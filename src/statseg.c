@@ -143,7 +143,7 @@ static int create_segment(void)
   rc = -posix_fallocate(fd, 0, R2S_STATSEG_HDR_SIZE);
   if (rc < 0) goto err_unlink;
   reserved = R2S_STATSEG_HDR_SIZE;
-  p = mmap(NULL, R2S_STATSEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  p = r2s__mmap_fd_raw(R2S_STATSEG_SIZE, fd);
   if (p == MAP_FAILED) {
     rc = -errno;
     goto err_unlink;

@@ -104,7 +104,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
     r2s__libc.close(fd);
     goto err_unlink;
   }
-  st->own_mem = mmap(NULL, st->own_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  st->own_mem = r2s__mmap_fd_raw(st->own_len, fd);
   r2s__libc.close(fd);
   if (st->own_mem == MAP_FAILED) {
     rc = -errno;
@@ -154,7 +154,7 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
     rc = -EPERM; /* counted as another user's peer */
   else if ((sb.st_mode & 0777) != 0600 || (uint64_t)sb.st_size != r2s__ring_bytes(size))
     rc = -EPROTO; /* not a ring as shm_offer makes them */
-  void *mem = rc ? MAP_FAILED : mmap(NULL, r2s__ring_bytes(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *mem = rc ? MAP_FAILED : r2s__mmap_fd_raw(r2s__ring_bytes(size), fd);
   if (!rc && mem == MAP_FAILED) rc = -errno;
   r2s__libc.close(fd);
   if (rc) return rc;
