@@ -667,15 +667,10 @@ void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns)
   pthread_mutex_unlock(&st->post_lock);
 }
 
-static void drain_one(r2s_tp_state_t *st, uint64_t deadline)
-{
-  r2s__rdma_drain(st, deadline);
-}
-
 void r2s__rdma_exit(int ms)
 {
   if (r2s__verbs_load() < 0) return;
-  r2s__rdma_for_each(drain_one, (uint64_t)r2s__now_ns() + (uint64_t)ms * 1000000u);
+  r2s__rdma_for_each(r2s__rdma_drain, (uint64_t)r2s__now_ns() + (uint64_t)ms * 1000000u);
 }
 
 static void rdma_flush(r2s_tp_state_t *st)
