@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,47 @@ static void make_name(char *buf, size_t len, int pid)
   snprintf(buf, len, R2S_STATSEG_DIR "/" R2S_STATSEG_PREFIX "%d", pid);
 }
 
+/* The fields of /proc/PATH/stat after the program name (which may hold
+ * spaces and parentheses), from the state letter on; NULL if unreadable. */
+static const char *proc_stat(const char *path, char *buf, size_t len)
+{
+  int fd = r2s__open_raw(path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return NULL;
+  ssize_t n = r2s__libc.read(fd, buf, len - 1);
+  r2s__libc.close(fd);
+  if (n <= 0) return NULL;
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
+/* Field 22 of /proc/self/stat: the start time that, with the pid, names this
+ * process for good (a reader tells a recycled pid by it). 0 if unreadable. */
+static uint64_t start_ticks(void)
+{
+  char buf[1024];
+  const char *f = proc_stat("/proc/self/stat", buf, sizeof buf);
+  unsigned long long v = 0;
+  if (!f || sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                   &v) != 1)
+    return 0;
+  return v;
+}
+
+/* True when PID no longer runs: no such process, or a zombie. A process
+ * killed with SIGKILL stays a zombie until its parent reaps it, and its
+ * peer, which notices the kill at once, may exit (and sweep) before that:
+ * a sweep that took zombies for alive left their segments behind. A pid of
+ * another user's live process (EPERM) is not ours to judge. */
+static bool gone(int pid)
+{
+  if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const char *f = proc_stat(path, buf, sizeof buf);
+  return f && (f[0] == 'Z' || f[0] == 'X');
+}
+
 /* Segments of processes that died without their destructor (killed): the
  * processes that live on remove them, when they make their own segment and
  * when they exit, as r2sock-stat does when it reads. */
@@ -73,7 +115,7 @@ static void sweep_dead(void)
     char *end;
     long pid = strtol(e->d_name + plen, &end, 10);
     if (*end || pid <= 0 || pid > INT32_MAX || pid == getpid()) continue;
-    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    if (!gone((int)pid)) continue;
     char name[64];
     make_name(name, sizeof name, (int)pid);
     (void)unlink(name);
@@ -81,24 +123,6 @@ static void sweep_dead(void)
   closedir(d);
 }
 
-/* Field 22 of /proc/self/stat: the start time that, with the pid, names this
- * process for good (a reader tells a recycled pid by it). 0 if unreadable. */
-static uint64_t start_ticks(void)
-{
-  char buf[1024];
-  int fd = r2s__open_raw("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ssize_t n = r2s__libc.read(fd, buf, sizeof buf - 1);
-  r2s__libc.close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the program name may hold spaces */
-  unsigned long long v = 0;
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                   &v) != 1)
-    return 0;
-  return v;
-}
 
 static int64_t unix_ns(void)
 {
