@@ -297,6 +297,26 @@ void r2s__conn_app_oob(r2s_conn_t *c, int fd)
   if (l) r2s__link_app_oob(l, fd);
 }
 
+/* True if the connection's service port (the peer's for a client, ours for
+ * a server) is in R2SOCK_SKIP_PORTS: its plain peers may read urgent data
+ * inline, so it gets no hello. */
+static bool skipped_port(const r2s_conn_t *c, int fd)
+{
+  if (r2s__opt.skip_ports.n == 0) return false;
+  struct sockaddr_storage a;
+  socklen_t len = sizeof a;
+  bool server = __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER;
+  if ((server ? r2s__libc.getsockname : r2s__libc.getpeername)(fd, (struct sockaddr *)&a, &len) < 0) return false;
+  unsigned port;
+  if (a.ss_family == AF_INET)
+    port = ntohs(((const struct sockaddr_in *)&a)->sin_port);
+  else if (a.ss_family == AF_INET6)
+    port = ntohs(((const struct sockaddr_in6 *)&a)->sin6_port);
+  else
+    return false;
+  return r2s__ports_has(&r2s__opt.skip_ports, port);
+}
+
 /* The upgrade protocol for a freshly established connection, if the policy
  * and the application's use of urgent data allow one. old: its flags. */
 static void start_link(r2s_conn_t *c, int fd, uint32_t old)
@@ -307,7 +327,7 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old)
     c->reason = R2S_REASON_APP_OOB;
     return;
   }
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB)) {
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_port(c, fd)) {
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
   }

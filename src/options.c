@@ -125,6 +125,54 @@ bool r2s__parse_gidindex(const char *s, int *out)
   return true;
 }
 
+bool r2s__parse_ports(const char *s, r2s_opt_ports_t *out)
+{
+  r2s_opt_ports_t v = {0};
+  if (strcasecmp(s, "none") == 0) return *out = v, true;
+  const char *p = s;
+  for (;;) {
+    char *end;
+    if (!isdigit((unsigned char)*p)) return false;
+    unsigned long lo = strtoul(p, &end, 10), hi = lo;
+    if (*end == '-') {
+      p = end + 1;
+      if (!isdigit((unsigned char)*p)) return false;
+      hi = strtoul(p, &end, 10);
+    }
+    if (lo == 0 || hi > 65535 || lo > hi || v.n == R2S_PORTS_MAX) return false;
+    v.r[v.n].lo = (uint16_t)lo;
+    v.r[v.n].hi = (uint16_t)hi;
+    v.n++;
+    if (*end == '\0') break;
+    if (*end != ',') return false;
+    p = end + 1;
+  }
+  *out = v;
+  return true;
+}
+
+bool r2s__ports_has(const r2s_opt_ports_t *p, unsigned port)
+{
+  for (unsigned i = 0; i < p->n; i++)
+    if (port >= p->r[i].lo && port <= p->r[i].hi) return true;
+  return false;
+}
+
+const char *r2s__format_ports(const r2s_opt_ports_t *v, char *buf, size_t len)
+{
+  size_t n = 0;
+  if (len) buf[0] = '\0';
+  if (v->n == 0) snprintf(buf, len, "none");
+  for (unsigned i = 0; i < v->n && n < len; i++) {
+    const char *sep = i ? "," : "";
+    if (v->r[i].lo == v->r[i].hi)
+      n += (size_t)snprintf(buf + n, len - n, "%s%u", sep, v->r[i].lo);
+    else
+      n += (size_t)snprintf(buf + n, len - n, "%s%u-%u", sep, v->r[i].lo, v->r[i].hi);
+  }
+  return buf;
+}
+
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len)
 {
   if (v->mode == R2S_UPGRADE_NEVER)
@@ -155,6 +203,8 @@ static bool parse_string(const char *s, const char **out)
 #define parse_usec     r2s__parse_usec
 #define parse_transport r2s__parse_transport
 #define parse_gidindex r2s__parse_gidindex
+#define parse_ports    r2s__parse_ports
+#define format_ports   r2s__format_ports
 
 static const char *format_bool(const bool *v, char *b, size_t n)
 {
@@ -204,6 +254,7 @@ static const char *const accepted_ringsize = "a power of two from 4K to 1G";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
 static const char *const accepted_transport = "auto, shm or rdma";
 static const char *const accepted_gidindex = "a GID table index, 0 to 65535";
+static const char *const accepted_ports = "none, or up to 16 ports and ranges such as 21,23,512-514";
 
 /* True if name (after "R2SOCK_", up to '=') is in the table. */
 static bool known_name(const char *name, size_t len)
@@ -283,7 +334,7 @@ void r2s__options_load(void)
   }
 
   if (r2s__opt.verbose) {
-    char buf[64];
+    char buf[256];
     i = 0;
 #define R2S_OPT_PRINT(NAME, field, type, def, doc)                                                           \
   r2s__info("option R2SOCK_%-11s = %-12s (%s)  %s", #NAME, format_##type(&r2s__opt.field, buf, sizeof buf),  \

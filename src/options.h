@@ -34,6 +34,18 @@ typedef unsigned r2s_opt_usec_t;
 /* Which transport a connection to a peer shim offers. */
 typedef enum { R2S_TRANSPORT_AUTO = 0, R2S_TRANSPORT_SHM = 1, R2S_TRANSPORT_RDMA = 2 } r2s_opt_transport_t;
 typedef int r2s_opt_gidindex_t; /* -1: chosen from the connection's address */
+/* A short list of TCP port ranges. */
+#define R2S_PORTS_MAX 16
+typedef struct r2s_opt_ports_s {
+  unsigned n;
+  struct {
+    uint16_t lo, hi;
+  } r[R2S_PORTS_MAX];
+} r2s_opt_ports_t;
+/* Services from before SO_OOBINLINE was off everywhere: FTP control,
+ * telnet, rexec/rlogin/rsh, klogin/kshell and telnets, whose plain peers may
+ * read urgent data inline and would see our hello byte as data. */
+#define R2S_SKIP_PORTS_DEFAULT ((r2s_opt_ports_t){5, {{21, 21}, {23, 23}, {512, 514}, {543, 544}, {992, 992}}})
 
 /* X(NAME, field, type, default, doc) */
 #define R2S_OPTIONS(X)                                                                                       \
@@ -45,6 +57,8 @@ typedef int r2s_opt_gidindex_t; /* -1: chosen from the connection's address */
   X(STATSEG, statseg, bool, true, "publish live counters in /dev/shm/r2s-stat-PID for r2sock-stat")          \
   X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_NEVER, 0}),                                  \
     "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")        \
+  X(SKIP_PORTS, skip_ports, ports, R2S_SKIP_PORTS_DEFAULT,                                                  \
+    "server ports whose connections never try to upgrade: a list such as 21,23,512-514, or none")           \
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \
     "assume every peer runs r2sock: switch without waiting for its hello")                                   \
   X(RING_SIZE, ring_size, ringsize, (512u << 10), "bytes of each receive ring (a power of two, 4K to 1G)")   \
@@ -75,8 +89,13 @@ bool r2s__parse_ringsize(const char *s, uint64_t *out);
 bool r2s__parse_usec(const char *s, unsigned *out);
 bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out);
 bool r2s__parse_gidindex(const char *s, int *out);
+bool r2s__parse_ports(const char *s, r2s_opt_ports_t *out);
+
+/* True if port lies in one of the ranges. */
+bool r2s__ports_has(const r2s_opt_ports_t *p, unsigned port);
 
 /* Formats the value of one option for printing; returns buf. */
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len);
+const char *r2s__format_ports(const r2s_opt_ports_t *v, char *buf, size_t len);
 
 #endif

@@ -2,13 +2,15 @@
 """An application that uses TCP urgent data itself (for mixed-oob.sh).
 
 client --port P --seed S --a-bytes NA --b-bytes NB [--sync]
-       --sent-normal FILE --sent-inline FILE
+       --sent-normal FILE --sent-inline FILE [--no-urgent]
     Sends A (NA bytes), one urgent byte '!' with MSG_OOB, then B (NB bytes),
     half-closes and reads what the server sends until EOF. A and B are
     pseudo-random from the seed. Without --sync the three sends go back to back
     (the server finds them all queued); with --sync the client waits for the
     server's one-byte ack "k" after A, so that the urgent byte arrives while
-    the server's reader sits exactly at the mark. Writes A+B to --sent-normal
+    the server's reader sits exactly at the mark. --no-urgent leaves the
+    urgent byte out (an application that never uses urgent data, talking to
+    a server that reads it inline). Writes A+B to --sent-normal
     and A+'!'+B to --sent-inline: what a server should read in-band with
     SO_OOBINLINE off and on.
 server --port P --out FILE [--inline] [--sync --a-bytes NA]
@@ -144,7 +146,7 @@ def client(args):
         if got != ACK:
             print(f"oob_peer client: expected the ack {ACK!r} after A, got {bytes(got)!r}", file=sys.stderr)
             return 1
-    if s.send(URGENT, socket.MSG_OOB) != 1:
+    if not args.no_urgent and s.send(URGENT, socket.MSG_OOB) != 1:
         print("oob_peer client: send(MSG_OOB) did not take the byte", file=sys.stderr)
         return 1
     s.sendall(b)
@@ -159,7 +161,8 @@ def client(args):
     if bytes(got) != want:
         print(f"oob_peer client: server sent {bytes(got)[:32]!r} ({len(got)} bytes), expected {want!r}", file=sys.stderr)
         return 1
-    print(f"oob_peer client: sent {len(a)} + urgent + {len(b)} bytes, received {bytes(got)!r}", flush=True)
+    urgent = "no urgent byte" if args.no_urgent else "urgent"
+    print(f"oob_peer client: sent {len(a)} + {urgent} + {len(b)} bytes, received {bytes(got)!r}", flush=True)
     return 0
 
 
@@ -172,6 +175,7 @@ def main():
     p.add_argument("--b-bytes", type=int, default=20000)
     p.add_argument("--sync", action="store_true")
     p.add_argument("--inline", action="store_true")
+    p.add_argument("--no-urgent", action="store_true")
     p.add_argument("--out")
     p.add_argument("--sent-normal")
     p.add_argument("--sent-inline")

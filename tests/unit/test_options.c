@@ -86,6 +86,30 @@ static void test_upgrade(void **state)
   assert_int_equal(u.mode, R2S_UPGRADE_AUTO);
 }
 
+static void test_ports(void **state)
+{
+  (void)state;
+  r2s_opt_ports_t p = R2S_SKIP_PORTS_DEFAULT;
+  char buf[256];
+  assert_string_equal(r2s__format_ports(&p, buf, sizeof buf), "21,23,512-514,543-544,992");
+  assert_true(r2s__ports_has(&p, 23) && r2s__ports_has(&p, 513) && r2s__ports_has(&p, 992));
+  assert_false(r2s__ports_has(&p, 22) || r2s__ports_has(&p, 515) || r2s__ports_has(&p, 5201));
+  assert_true(r2s__parse_ports("none", &p));
+  assert_int_equal(p.n, 0);
+  assert_false(r2s__ports_has(&p, 23));
+  assert_true(r2s__parse_ports("80,8000-8080,65535", &p));
+  assert_int_equal(p.n, 3);
+  assert_true(r2s__ports_has(&p, 8042) && r2s__ports_has(&p, 65535) && !r2s__ports_has(&p, 81));
+  assert_string_equal(r2s__format_ports(&p, buf, sizeof buf), "80,8000-8080,65535");
+  /* Bad values leave the previous list alone. */
+  static const char *const bad[] = {"", "0", "65536", "80-79", "80,", ",80", "80-", "-80", "80 ,81", "eighty",
+                                    "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) assert_false(r2s__parse_ports(bad[i], &p));
+  assert_int_equal(p.n, 3);
+  assert_true(r2s__parse_ports("1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", &p));
+  assert_int_equal(p.n, 16);
+}
+
 static void test_load_from_environment(void **state)
 {
   (void)state;
@@ -111,7 +135,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bool),  cmocka_unit_test(test_size),
       cmocka_unit_test(test_level), cmocka_unit_test(test_upgrade),
-      cmocka_unit_test(test_load_from_environment),
+      cmocka_unit_test(test_ports), cmocka_unit_test(test_load_from_environment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
