@@ -321,6 +321,11 @@ static int flush_ctrl(r2s_link_t *l, int fd)
 static void send_doorbell_locked(r2s_link_t *l, int fd)
 {
   uint8_t h[R2S_FRAME_HDR_LEN];
+  /* Only a direction that carries frames can carry a doorbell. After our
+   * PLAIN (the application sent urgent data) it carries the application's
+   * bytes again, and the peer would read the frame as 8 bytes of data; its
+   * sleeping producer finds the room when its sleep slice ends. */
+  if (l->tx_state != R2S_TX_FRAMES && l->tx_state != R2S_TX_RING) return;
   r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_DOORBELL, 0);
   /* A doorbell behind a DATA frame in flight would land inside it; the
    * ring is not in use then anyway. */
