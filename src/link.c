@@ -1403,7 +1403,14 @@ void r2s__link_close(r2s_link_t *l, int fd)
       if (t == R2S_FRAME_DATA) l->rx_data_left = h.len;
       break;
     }
-    if (t != R2S_FRAME_DATA && handle_control(l, fd, &h) < 0 && !FAILED(l)) break;
+    if (t != R2S_FRAME_DATA) {
+      /* RING: the frames behind it are read on the next turn. */
+      int rc = handle_control(l, fd, &h);
+      if (rc < 0 && rc != RETRY) {
+        fail(l, rc, "bad frame from the peer");
+        break;
+      }
+    }
     if (l->rx_plain_pending || l->rx_state == R2S_RX_PLAIN) break;
   }
   pthread_mutex_unlock(&l->rx_lock);
