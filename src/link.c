@@ -31,6 +31,7 @@ _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at
 #define RETRY (-100000)
 
 static void pump_from_sender(r2s_link_t *l, int fd);
+static void read_control_locked(r2s_link_t *l, int fd);
 static void check_peer_alive(r2s_link_t *l, int fd);
 
 /* The transport is chosen by the send side (switch_tx, under tx_lock) and
@@ -320,6 +321,11 @@ static int flush_ctrl(r2s_link_t *l, int fd)
 static void send_doorbell_locked(r2s_link_t *l, int fd)
 {
   uint8_t h[R2S_FRAME_HDR_LEN];
+  /* Only a direction that carries frames can carry a doorbell. After our
+   * PLAIN (the application sent urgent data) it carries the application's
+   * bytes again, and the peer would read the frame as 8 bytes of data; its
+   * sleeping producer finds the room when its sleep slice ends. */
+  if (l->tx_state != R2S_TX_FRAMES && l->tx_state != R2S_TX_RING) return;
   r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_DOORBELL, 0);
   /* A doorbell behind a DATA frame in flight would land inside it; the
    * ring is not in use then anyway. */
@@ -909,6 +915,15 @@ void r2s__link_pump(r2s_link_t *l, int fd)
 static void pump_from_sender(r2s_link_t *l, int fd)
 {
   if (pthread_mutex_trylock(&l->rx_lock) != 0) return;
+  read_control_locked(l, fd);
+  pthread_mutex_unlock(&l->rx_lock);
+}
+
+/* Reads the control frames in front of the application's next byte, as far
+ * as they go: the switch mark, frames up to the next DATA header, and after
+ * RING those that follow it. A protocol error fails the link. rx_lock held. */
+static void read_control_locked(r2s_link_t *l, int fd)
+{
   int st = l->rx_state;
   if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
     /* At the switch mark with nothing in front of it? */
@@ -940,11 +955,12 @@ static void pump_from_sender(r2s_link_t *l, int fd)
         break;
       }
     }
-  } else if (st == R2S_RX_RING) {
+    st = l->rx_state; /* after RING: the frames behind it too */
+  }
+  if (st == R2S_RX_RING && !FAILED(l)) {
     int rc = pump_control(l, fd);
     if (rc < 0) fail(l, rc, "bad frame from the peer");
   }
-  pthread_mutex_unlock(&l->rx_lock);
 }
 
 /* ---- send side ---- */
@@ -1240,14 +1256,28 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
 static void check_peer_alive(r2s_link_t *l, int fd)
 {
   if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return;
-  if (pthread_mutex_trylock(&l->rx_lock) == 0) {
-    int st = l->rx_state;
-    int rc = st == R2S_RX_RING && pump_is_due(l) ? pump_control(l, fd) : 0;
-    if (rc < 0) fail(l, rc, "bad frame from the peer"); /* rx_lock held */
-    pthread_mutex_unlock(&l->rx_lock);
-  }
   struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
   if (r2s__libc.poll(&p, 1, 0) < 0) return;
+  /* The control frames the peer sent before its end of stream are read
+   * before that end is believed, whether a pump is due or not, and even if
+   * the application reads no more (its reader stopped at the stream's last
+   * byte, in front of RING): a protocol error among them (a PLAIN past the
+   * ring) must end the connection as one, with its warning, not pass for a
+   * peer that merely went away. While another thread holds rx_lock, the
+   * verdict waits for the next look. */
+  bool ended = (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) != 0;
+  if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+    if (ended) {
+      read_control_locked(l, fd);
+    } else if (l->rx_state == R2S_RX_RING && pump_is_due(l)) {
+      int rc = pump_control(l, fd);
+      if (rc < 0) fail(l, rc, "bad frame from the peer"); /* rx_lock held */
+    }
+    pthread_mutex_unlock(&l->rx_lock);
+  } else if (ended) {
+    return;
+  }
+  if (FAILED(l)) return;
   if (p.revents & (POLLERR | POLLHUP)) {
     __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
   } else if ((p.revents & POLLRDHUP) && !l->eof_probed && pthread_mutex_trylock(&l->tx_lock) == 0) {
@@ -1360,7 +1390,10 @@ void r2s__link_close(r2s_link_t *l, int fd)
       break;
     }
     if (st == R2S_RX_RING) {
-      (void)pump_control(l, fd);
+      /* A lie read only now is still a lie: it is reported, and the
+       * connection is not given an orderly close. */
+      int rc = pump_control(l, fd);
+      if (rc < 0) fail(l, rc, "bad frame from the peer");
       break;
     }
     if (st != R2S_RX_FRAMES || l->rx_data_left) break;
@@ -1370,7 +1403,14 @@ void r2s__link_close(r2s_link_t *l, int fd)
       if (t == R2S_FRAME_DATA) l->rx_data_left = h.len;
       break;
     }
-    if (t != R2S_FRAME_DATA && handle_control(l, fd, &h) < 0 && !FAILED(l)) break;
+    if (t != R2S_FRAME_DATA) {
+      /* RING: the frames behind it are read on the next turn. */
+      int rc = handle_control(l, fd, &h);
+      if (rc < 0 && rc != RETRY) {
+        fail(l, rc, "bad frame from the peer");
+        break;
+      }
+    }
     if (l->rx_plain_pending || l->rx_state == R2S_RX_PLAIN) break;
   }
   pthread_mutex_unlock(&l->rx_lock);

@@ -45,19 +45,7 @@ declare -A REASON=(
 EOF_CASES=" trunc-hdr-eof trunc-payload-eof mark-eof stall-credits die-mid-ring "
 SAN_RE='AddressSanitizer|LeakSanitizer|ThreadSanitizer|UndefinedBehaviorSanitizer|runtime error:'
 
-# Known open bug, left out of the default run (and so out of CI) until it is
-# fixed, still run by name (lying-peer.sh plain-past): about one run in five,
-# a PLAIN frame whose offset lies past the ring ends the liar's connection
-# with a silent early end of stream instead of a reset with a warning. No
-# crash, no bad data, the honest connection is unaffected; the missing
-# "clear error" is the defect (README, Limitations).
-KNOWN_OPEN=" plain-past "
-if (($# > 0)); then
-  cases=("$@")
-else
-  mapfile -t cases < <("$LIAR" --list | cut -f1 | while read -r c; do [[ $KNOWN_OPEN == *" $c "* ]] || echo "$c"; done)
-  echo "lying-peer: left out, known open: $KNOWN_OPEN"
-fi
+if (($# > 0)); then cases=("$@"); else mapfile -t cases < <("$LIAR" --list | cut -f1); fi
 declare -A expect=()
 while IFS=$'\t' read -r name outcome _; do expect[$name]=$outcome; done < <("$LIAR" --list)
 

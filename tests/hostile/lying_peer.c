@@ -427,6 +427,10 @@ static bool consumed_a_ring(liar_t *l)
 {
   return l->in_on && l->in.head > IN_RING_SIZE + 4096;
 }
+static bool tx_done(liar_t *l)
+{
+  return sc_tx_done(l->s) && l->tlen == 0;
+}
 static bool in_ring_full(liar_t *l)
 {
   return l->in_on && r2s__ring_avail(&l->in) == (ssize_t)IN_RING_SIZE;
@@ -512,6 +516,7 @@ static const lie_t lies[] = {
     {"ring-offset", EXPECT_CLOSED, "RING frame with an offset past the ring"},
     {"data-after-ring", EXPECT_CLOSED, "a DATA frame after RING"},
     {"plain-past", EXPECT_CLOSED, "PLAIN frame with an offset past anything written, then EOF"},
+    {"plain-past-late", EXPECT_CLOSED, "the same after our whole stream went as DATA frames: only the server's writer is left to read it"},
     {"trunc-hdr-eof", EXPECT_CLOSED, "switch mark, 5 bytes of a frame header, EOF"},
     {"trunc-payload-eof", EXPECT_CLOSED, "switch mark, a HANDSHAKE cut short, EOF"},
     {"oversize-data", EXPECT_CLOSED, "a DATA frame of 256 KiB + 1"},
@@ -550,6 +555,15 @@ static const lie_t *find_lie(const char *name)
 static void doorbell(liar_t *l)
 {
   send_hdr(l, R2S_FRAME_DOORBELL, 0);
+}
+
+/* The PLAIN lie: back to plain TCP after ring bytes never written, some
+ * plain bytes, then EOF. */
+static void plain_past(liar_t *l)
+{
+  send_u64(l, R2S_FRAME_PLAIN, 1ull << 40);
+  send_all(l, "and now plain TCP", 17, 0);
+  shutdown(l->fd, SHUT_WR);
 }
 
 /* A bent offer: name, segment made (or not) as the case says, then a
@@ -757,6 +771,26 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
     if (!run_until(l, stream_done, 60)) *ok = false;
     return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
   }
+  if (IS("plain-past-late")) {
+    /* Our whole stream goes as DATA frames before RING: the server's reader,
+     * done at its last byte, never reads what follows. RING and the lie
+     * then reach a connection where only the writer is left (we never take
+     * from our ring, so it waits for room). */
+    l->stall_rx = true;
+    if (!hello(l)) return EXPECT_VERIFIED;
+    switch_mark(l, true);
+    if (!await_hs(l) || !run_until(l, ring_or_decline, 10) || !l->got_ring || !run_until(l, tx_done, 30) ||
+        map_out_ring(l) < 0) {
+      fprintf(stderr, "lying_peer: no ring from the server, or our stream did not go out\n");
+      *ok = false;
+      return EXPECT_VERIFIED;
+    }
+    send_u64(l, R2S_FRAME_RING, 0);
+    plain_past(l);
+    l->bad++;
+    doorbell(l);
+    return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
   if (IS("honest-frames") || strncmp(kase, "name-", 5) == 0) {
     if (!hello(l)) {
       *ok = false;
@@ -809,9 +843,7 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
       send_all(l, "lies", 4, 0);
     } else if (IS("plain-past")) {
       (void)run_until(l, header_sent, 10);
-      send_u64(l, R2S_FRAME_PLAIN, 1ull << 40);
-      send_all(l, "and now plain TCP", 17, 0);
-      shutdown(l->fd, SHUT_WR);
+      plain_past(l);
     }
     l->bad++;
     doorbell(l);

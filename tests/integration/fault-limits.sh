@@ -22,12 +22,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/mixed-lib.sh"
 
 mode=${1:?usage: fault-limits.sh nofile|as|shm-full|reset}
-SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
-[[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
-[[ -n $R2SOCK_LIB ]] || skip "limits are the shim's business: nothing to check without it"
-[[ ${R2SOCK_UPGRADE:-never} != never ]] || skip "R2SOCK_UPGRADE=never: no ring is ever made, so no limit can bite"
-trap live_cleanup EXIT
-R2SOCK_EXPECT_PATH=
+needs_rings "limits are the shim's business: nothing to check without it" "no ring is ever made, so no limit can bite"
 
 # pair PREFIX_SERVER PREFIX_CLIENT BYTES: server and client (each prefix a
 # string of words, may be empty), client in the foreground; sets SRC, CRC.

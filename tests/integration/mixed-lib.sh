@@ -17,6 +17,12 @@
 #   LIVE, live_cleanup
 #                  background pids a test started; killed at exit
 #   us_now         microseconds since the epoch, without a fork
+#   needs_rings WHY_NO_SHIM WHY_NEVER
+#                  the preamble of the tests that mean something only where
+#                  rings can be made (fault-limits.sh, security.sh): SC is
+#                  stream_check; skips, with the reason given, without the
+#                  shim or under R2SOCK_UPGRADE=never; live_cleanup at exit;
+#                  the test makes its own path checks
 #   run_to FILE SECS CMD...
 #                  lib.sh's run() with CMD's stdout and stderr in FILE; a
 #                  failure message shows FILE's tail. (Redirecting around
@@ -52,6 +58,16 @@ shim_at() {
   else
     SHIM_AT=("${PLAIN[@]}")
   fi
+}
+
+# shellcheck disable=SC2034 # SC and R2SOCK_EXPECT_PATH are for the caller
+needs_rings() {
+  SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
+  [[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
+  [[ -n $R2SOCK_LIB ]] || skip "$1"
+  [[ ${R2SOCK_UPGRADE:-never} != never ]] || skip "R2SOCK_UPGRADE=never: $2"
+  trap live_cleanup EXIT
+  R2SOCK_EXPECT_PATH=
 }
 
 run_to() {

@@ -20,12 +20,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/mixed-lib.sh"
 
 mode=${1:?usage: security.sh other-user|names}
-SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
-[[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
-[[ -n $R2SOCK_LIB ]] || skip "nothing to check without the shim"
-[[ ${R2SOCK_UPGRADE:-never} != never ]] || skip "R2SOCK_UPGRADE=never: no shared memory is ever made"
-trap live_cleanup EXIT
-R2SOCK_EXPECT_PATH=
+needs_rings "nothing to check without the shim" "no shared memory is ever made"
 
 # start_server PREFIX...: stream_check server under the shim, stats and log
 # in a directory anybody may write (the server may run as nobody).

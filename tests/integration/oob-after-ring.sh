@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Urgent data sent once both directions carry their bytes through rings
+# (tests/integration/oob_ring_peer.py): the client sends A (4 MiB), one
+# urgent byte '!' (MSG_OOB), then reads the server's 16 MiB in small slices
+# with pauses, so that the server's sender keeps finding the client's ring
+# full and sleeping on it; then the client sends B (64 KiB) and half-closes.
+# After the urgent byte the client's send direction is plain TCP again
+# (docs/protocol.md, PLAIN), so no frame may follow it there: a doorbell for
+# the sleeping sender would reach the server's application as 8 bytes of
+# data. Asserts, three runs:
+#   - the server's application reads exactly A+B in-band (what plain TCP
+#     gives with SO_OOBINLINE off), and the client exactly the server's 16 MiB;
+#   - under R2SOCK_UPGRADE=auto, the case was reached: the server's 16 MiB
+#     went through shared memory, and the client's direction went back to
+#     plain TCP by a PLAIN frame (oob_fallbacks=1).
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/integration/mixed-lib.sh
+source "$(dirname "$0")/mixed-lib.sh"
+r2s_python
+
+PEER=$(dirname "$0")/oob_ring_peer.py
+NA=$((4 << 20)) NB=$((64 << 10)) NY=$((16 << 20))
+SHIM=()
+shm_snapshot
+for i in 1 2 3; do
+  port=$(free_port)
+  shim_at "$TMP/server-$i.stats"
+  start_server "server-$i" "$port" "${SHIM_AT[@]}" "$PY" "$PEER" server --port "$port" --seed "$((i * 10))" \
+    --a-bytes "$NA" --b-bytes "$NB" --y-bytes "$NY"
+  shim_at "$TMP/client-$i.stats"
+  run_to "$TMP/client-$i.out" 90 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --seed "$((i * 10))" \
+    --a-bytes "$NA" --b-bytes "$NB" --y-bytes "$NY"
+  wait_server "server-$i" 30
+  got=$(grep '^oob_ring_peer server:' "$TMP/server-$i.log" || true)
+  want="oob_ring_peer server: in_band=$((NA + NB)) sent=$NY"
+  [[ $got == "$want" ]] || fail "run $i: the server observed '$got', expected '$want'"
+  # The case was reached: the server's bytes went into the client's ring,
+  # and the client's direction had switched and went back by a PLAIN frame.
+  if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == auto ]]; then
+    shm_tx=$(STATS=$TMP/server-$i.stats stats_sum bytes_shm_tx)
+    back=$(STATS=$TMP/client-$i.stats stats_sum oob_fallbacks)
+    ((shm_tx == NY && back == 1)) ||
+      fail "run $i: expected the server's $NY bytes through shared memory and one PLAIN fallback of the client, saw bytes_shm_tx=$shm_tx oob_fallbacks=$back"
+  fi
+  cat "$TMP/server-$i.stats" "$TMP/client-$i.stats" >>"$STATS"
+  log "run $i: A+B in-band as plain TCP gives them, $NY bytes back"
+done
+check_stats conns=6 bytes=$((3 * (NA + NB + NY))) procs=6
+shm_check_leaks
+log PASS
