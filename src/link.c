@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "hostid.h"
 #include "libc.h"
@@ -31,6 +32,7 @@ _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at
 #define RETRY (-100000)
 
 static void pump_from_sender(r2s_link_t *l, int fd);
+static void pump_frames_locked(r2s_link_t *l, int fd);
 static void check_peer_alive(r2s_link_t *l, int fd);
 
 /* The transport is chosen by the send side (switch_tx, under tx_lock) and
@@ -918,33 +920,40 @@ static void pump_from_sender(r2s_link_t *l, int fd)
       st = R2S_RX_FRAMES;
     }
   }
-  if (st == R2S_RX_FRAMES) {
-    while (l->rx_data_left == 0 && !FAILED(l)) {
-      r2s_frame_hdr_t h;
-      int t = read_frame(l, fd, &h);
-      if (t <= 0) {
-        if (t == 0)
-          l->rx_eof = true;
-        else if (t != -EAGAIN)
-          fail(l, t, "bad frame from the peer");
-        break;
-      }
-      if (t == R2S_FRAME_DATA) {
-        l->rx_data_left = h.len;
-        break;
-      }
-      int rc = handle_control(l, fd, &h);
-      if (rc == RETRY) break;
-      if (rc < 0) {
-        fail(l, rc, "bad frame from the peer");
-        break;
-      }
-    }
-  } else if (st == R2S_RX_RING) {
+  if (st == R2S_RX_FRAMES || st == R2S_RX_RING) pump_frames_locked(l, fd);
+  pthread_mutex_unlock(&l->rx_lock);
+}
+
+/* Reads the control frames waiting on TCP, up to the next DATA header
+ * (FRAMES) or all of them (RING). rx_lock held. */
+static void pump_frames_locked(r2s_link_t *l, int fd)
+{
+  if (l->rx_state == R2S_RX_RING) {
     int rc = pump_control(l, fd);
     if (rc < 0) fail(l, rc, "bad frame from the peer");
+    return;
   }
-  pthread_mutex_unlock(&l->rx_lock);
+  while (l->rx_data_left == 0 && !FAILED(l)) {
+    r2s_frame_hdr_t h;
+    int t = read_frame(l, fd, &h);
+    if (t <= 0) {
+      if (t == 0)
+        l->rx_eof = true;
+      else if (t != -EAGAIN)
+        fail(l, t, "bad frame from the peer");
+      break;
+    }
+    if (t == R2S_FRAME_DATA) {
+      l->rx_data_left = h.len;
+      break;
+    }
+    int rc = handle_control(l, fd, &h);
+    if (rc == RETRY) break;
+    if (rc < 0) {
+      fail(l, rc, "bad frame from the peer");
+      break;
+    }
+  }
 }
 
 /* ---- send side ---- */
@@ -1180,7 +1189,21 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
 
 /* ---- readiness ---- */
 
-short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
+/* A full ring makes us ask the kernel whether the peer is still there
+ * (check_peer_alive), a system call. A sender that outruns its reader finds
+ * the ring full at almost every look, so between sleeps it asks at most
+ * every ALIVE_CHECK_NS; before a sleep (arming) it always asks. */
+#define ALIVE_CHECK_NS 50000
+
+static bool alive_check_due(r2s_link_t *l, bool arming)
+{
+  int64_t now = r2s__now_ns();
+  if (!arming && now - __atomic_load_n(&l->alive_checked_at, __ATOMIC_RELAXED) < ALIVE_CHECK_NS) return false;
+  __atomic_store_n(&l->alive_checked_at, now, __ATOMIC_RELAXED);
+  return true;
+}
+
+static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool arming)
 {
   short rev = 0;
   *owned = 0;
@@ -1223,13 +1246,23 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
     *owned |= POLLOUT;
     ssize_t sp = TP(l)->space(TPS(l));
-    if (sp == 0) check_peer_alive(l, fd);
+    if (sp == 0 && alive_check_due(l, arming)) {
+      check_peer_alive(l, fd);
+      /* It may have read the doorbell that says room came after our look:
+       * look again, or we would sleep through it. */
+      sp = TP(l)->space(TPS(l));
+    }
     if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE))
       rev |= POLLOUT | POLLERR;
     else if (sp != 0)
       rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
   }
   return rev;
+}
+
+short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
+{
+  return link_poll(l, fd, events, owned, false);
 }
 
 /* Our ring to the peer is full. A live peer frees room; a dead one never
@@ -1240,10 +1273,13 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
 static void check_peer_alive(r2s_link_t *l, int fd)
 {
   if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return;
+  /* A writer that never reads (iperf3's sender) must still take the
+   * doorbells meant for it off the socket, or the kernel keeps calling
+   * the socket readable and every later sleep returns at once. Whether
+   * the peer's bytes come in frames or through its ring. */
   if (pthread_mutex_trylock(&l->rx_lock) == 0) {
     int st = l->rx_state;
-    int rc = st == R2S_RX_RING && pump_is_due(l) ? pump_control(l, fd) : 0;
-    if (rc < 0) fail(l, rc, "bad frame from the peer"); /* rx_lock held */
+    if ((st == R2S_RX_RING || st == R2S_RX_FRAMES) && pump_is_due(l)) pump_frames_locked(l, fd);
     pthread_mutex_unlock(&l->rx_lock);
   }
   struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
@@ -1279,7 +1315,7 @@ short r2s__link_arm(r2s_link_t *l, int fd, short events)
     TP(l)->sleep_tx(TPS(l), true);
   /* Re-check after the flags are visible: a producer that published before
    * seeing them will not ring, so its bytes must be found now. */
-  rev = r2s__link_poll(l, fd, events, &owned);
+  rev = link_poll(l, fd, events, &owned, true);
   return (short)(rev & owned);
 }
 
