@@ -690,6 +690,8 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
     l->rx_plain_at = v;
     return RETRY;
   case R2S_FRAME_DOORBELL:
+    __atomic_add_fetch(&l->bells_read, 1, __ATOMIC_RELAXED);
+    return 0;
   case R2S_FRAME_CREDIT:
   case R2S_FRAME_FIN:
     return 0;
