@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "hostid.h"
 #include "libc.h"
@@ -694,6 +695,8 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
     l->rx_plain_at = v;
     return RETRY;
   case R2S_FRAME_DOORBELL:
+    __atomic_add_fetch(&l->bells_read, 1, __ATOMIC_RELAXED);
+    return 0;
   case R2S_FRAME_CREDIT:
   case R2S_FRAME_FIN:
     return 0;
@@ -960,6 +963,28 @@ static void read_control_locked(r2s_link_t *l, int fd)
   if (st == R2S_RX_RING && !FAILED(l)) {
     int rc = pump_control(l, fd);
     if (rc < 0) fail(l, rc, "bad frame from the peer");
+    return;
+  }
+  while (l->rx_data_left == 0 && !FAILED(l)) {
+    r2s_frame_hdr_t h;
+    int t = read_frame(l, fd, &h);
+    if (t <= 0) {
+      if (t == 0)
+        l->rx_eof = true;
+      else if (t != -EAGAIN)
+        fail(l, t, "bad frame from the peer");
+      break;
+    }
+    if (t == R2S_FRAME_DATA) {
+      l->rx_data_left = h.len;
+      break;
+    }
+    int rc = handle_control(l, fd, &h);
+    if (rc == RETRY) break;
+    if (rc < 0) {
+      fail(l, rc, "bad frame from the peer");
+      break;
+    }
   }
 }
 
@@ -1196,7 +1221,21 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
 
 /* ---- readiness ---- */
 
-short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
+/* A full ring makes us ask the kernel whether the peer is still there
+ * (check_peer_alive), a system call. A sender that outruns its reader finds
+ * the ring full at almost every look, so between sleeps it asks at most
+ * every ALIVE_CHECK_NS; before a sleep (arming) it always asks. */
+#define ALIVE_CHECK_NS 50000
+
+static bool alive_check_due(r2s_link_t *l, bool arming)
+{
+  int64_t now = r2s__now_ns();
+  if (!arming && now - __atomic_load_n(&l->alive_checked_at, __ATOMIC_RELAXED) < ALIVE_CHECK_NS) return false;
+  __atomic_store_n(&l->alive_checked_at, now, __ATOMIC_RELAXED);
+  return true;
+}
+
+static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool arming)
 {
   short rev = 0;
   *owned = 0;
@@ -1239,13 +1278,23 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
     *owned |= POLLOUT;
     ssize_t sp = TP(l)->space(TPS(l));
-    if (sp == 0) check_peer_alive(l, fd);
+    if (sp == 0 && alive_check_due(l, arming)) {
+      check_peer_alive(l, fd);
+      /* It may have read the doorbell that says room came after our look:
+       * look again, or we would sleep through it. */
+      sp = TP(l)->space(TPS(l));
+    }
     if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE))
       rev |= POLLOUT | POLLERR;
     else if (sp != 0)
       rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
   }
   return rev;
+}
+
+short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
+{
+  return link_poll(l, fd, events, owned, false);
 }
 
 /* Our ring to the peer is full. A live peer frees room; a dead one never
@@ -1266,13 +1315,13 @@ static void check_peer_alive(r2s_link_t *l, int fd)
    * peer that merely went away. While another thread holds rx_lock, the
    * verdict waits for the next look. */
   bool ended = (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) != 0;
+  /* Otherwise, when due: a writer that never reads (iperf3's sender) must
+   * still take the doorbells meant for it off the socket, whether the
+   * peer's bytes come in frames or through its ring, or the kernel keeps
+   * calling the socket readable and every later sleep returns at once. */
   if (pthread_mutex_trylock(&l->rx_lock) == 0) {
-    if (ended) {
-      read_control_locked(l, fd);
-    } else if (l->rx_state == R2S_RX_RING && pump_is_due(l)) {
-      int rc = pump_control(l, fd);
-      if (rc < 0) fail(l, rc, "bad frame from the peer"); /* rx_lock held */
-    }
+    int st = l->rx_state;
+    if (ended || ((st == R2S_RX_RING || st == R2S_RX_FRAMES) && pump_is_due(l))) read_control_locked(l, fd);
     pthread_mutex_unlock(&l->rx_lock);
   } else if (ended) {
     return;
@@ -1309,7 +1358,7 @@ short r2s__link_arm(r2s_link_t *l, int fd, short events)
     TP(l)->sleep_tx(TPS(l), true);
   /* Re-check after the flags are visible: a producer that published before
    * seeing them will not ring, so its bytes must be found now. */
-  rev = r2s__link_poll(l, fd, events, &owned);
+  rev = link_poll(l, fd, events, &owned, true);
   return (short)(rev & owned);
 }
 

@@ -65,6 +65,9 @@ struct r2s_link_s {
   uint32_t idle_looks;
   int peer_gone;     /* atomic: the peer's socket answered with a reset */
   bool eof_probed;   /* a frame went out to test a peer that sent its FIN */
+  int64_t alive_checked_at; /* atomic: r2s__now_ns() of the last check_peer_alive */
+  uint32_t bells_read;      /* atomic: DOORBELL frames read, by any thread */
+  uint32_t wait_cap_ms;     /* atomic: stream.c's sleep slice on this link (0: the default) */
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
   bool peer_ready; /* READY received: the peer's end takes our writes */

@@ -109,6 +109,37 @@ static bool urgent_is_shims(r2s_conn_t *c, int fd)
   return true;
 }
 
+/* Once the links have an answer, the kernel's answer for the other fds is
+ * what a system call per wait costs: at 1 KiB per read it is most of the
+ * price of a byte (iperf3 keeps its listener in every select). So a wait
+ * that the links already answer may reuse this thread's last kernel look at
+ * the same set of fds, if it is at most KERNEL_LOOK_NS old: kernel events
+ * then show up at most that late, as if they had come that much later,
+ * and a wait the links do not answer always asks the kernel. */
+#define KERNEL_LOOK_NS 50000
+
+static __thread struct {
+  int64_t at;   /* when this thread last asked the kernel (0: never) */
+  uint64_t set; /* ... about this set of fds and events (set_of) */
+} last_look;
+
+static uint64_t set_of(const struct pollfd *fds, const short *orig, nfds_t n)
+{
+  uint64_t h = 1469598103934665603ull ^ n; /* FNV-1a over (fd, events) */
+  for (nfds_t i = 0; i < n; i++) h = (h ^ ((uint64_t)(uint32_t)fds[i].fd << 16 | (uint16_t)orig[i])) * 1099511628211ull;
+  return h;
+}
+
+/* May this wait, which the links answer, skip the kernel? If not, the
+ * caller asks it and records the look (one clock read either way). */
+static bool kernel_look_fresh(uint64_t set)
+{
+  int64_t now = r2s__now_ns();
+  if (last_look.at && last_look.set == set && now - last_look.at < KERNEL_LOOK_NS) return true;
+  last_look.at = now, last_look.set = set;
+  return false;
+}
+
 /* True as soon as a carried connection's ring can serve one of its events. */
 static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
 {
@@ -158,8 +189,10 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
     }
     /* Ask the kernel only about what the links do not answer (a select
      * over carried connections alone costs no system call). */
-    bool kernel_needed = false;
+    bool kernel_needed = false, links_ready = false;
     for (nfds_t i = 0; i < n && !kernel_needed; i++) kernel_needed = fds[i].events != 0 || !cs[i];
+    for (nfds_t i = 0; i < n && !links_ready; i++) links_ready = cs[i] && lrev[i];
+    if (kernel_needed && links_ready && kernel_look_fresh(set_of(fds, orig, n))) kernel_needed = false;
     if (kernel_needed) {
       rc = kernel_poll(fds, n, 0, mask);
       if (rc < 0) break;
@@ -208,19 +241,11 @@ out:
 int r2s__ready_select(int n, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, const sigset_t *mask)
 {
   if (n < 0 || n > FD_SETSIZE) return -EINVAL;
-  /* Only worth the translation if a carried connection is in the sets. */
-  bool any = false;
-  for (int fd = 0; fd < n && !any; fd++) {
-    if (!((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)))) continue;
-    r2s_conn_t *c = carried(fd);
-    if (c) {
-      any = true;
-      r2s__conn_put(c);
-    }
-  }
-  if (!any) return -ENOENT;
-  struct pollfd *p = calloc((size_t)n, sizeof *p);
-  if (!p) return -ENOMEM;
+  /* r2s__ready_poll finds the carried connections (-ENOENT: none, the
+   * sets untouched). A select is made for every KiB some applications
+   * move: no allocation for a small one. */
+  struct pollfd small[64], *p = small;
+  if (n > 64 && !(p = calloc((size_t)n, sizeof *p))) return -ENOMEM;
   nfds_t k = 0;
   for (int fd = 0; fd < n; fd++) {
     short ev = (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) | (w && FD_ISSET(fd, w) ? POLLOUT : 0) |
@@ -249,7 +274,7 @@ int r2s__ready_select(int n, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, co
       rc += rd + wr + ex;
     }
   }
-  free(p);
+  if (p != small) free(p);
   return rc;
 }
 

@@ -38,7 +38,7 @@
 typedef struct r2s_ring_ctl_s {
   /* producer-written line */
   uint64_t tail;
-  uint32_t producer_sleeping; /* waiting for credits */
+  uint32_t producer_sleeping; /* waiting for credits: nonzero, the free bytes it waits for (shm) */
   uint32_t producer_closed;   /* no more bytes will come after tail */
   uint64_t producer_sleep_at; /* RDMA: the head the producer saw when it went to sleep */
   uint8_t pad0[64 - 24];

@@ -17,6 +17,15 @@
 #include "stats.h"
 
 #define SLEEP_CAP_MS 100
+/* A doorbell is a byte on the socket that any thread of the connection may
+ * read: a reader in recv() takes the one rung for a writer blocked in send()
+ * on another thread (and the other way round), often between the kernel
+ * waking the sleeper and its poll() looking again, which then sleeps on.
+ * The sleeper cannot be told, so the loss costs its slice. A link where that
+ * was seen (a slice ran out although another thread read a doorbell
+ * meanwhile and our event is ready) sleeps in slices of STOLEN_CAP_MS,
+ * doubled back up to SLEEP_CAP_MS by each slice that runs out without it. */
+#define STOLEN_CAP_MS 2
 
 
 /* The iovec from byte `skip` on, in the caller's array `out`. */
@@ -43,6 +52,17 @@ static size_t total_len(const struct iovec *iov, int cnt)
   return t;
 }
 
+/* A slice of `cap` ms ran out: was our doorbell read by another thread
+ * (see STOLEN_CAP_MS)? Sets the link's next slice. */
+static void note_slice_expired(r2s_link_t *l, int fd, short events, int cap, uint32_t bells)
+{
+  short owned;
+  bool stolen = __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED) != bells &&
+                (r2s__link_poll(l, fd, events, &owned) & owned & events);
+  int next = stolen ? STOLEN_CAP_MS : cap < SLEEP_CAP_MS ? cap * 2 : SLEEP_CAP_MS;
+  __atomic_store_n(&l->wait_cap_ms, (uint32_t)(next < SLEEP_CAP_MS ? next : SLEEP_CAP_MS), __ATOMIC_RELAXED);
+}
+
 /* Waits until `events` may be ready on the link, or the deadline (0: none)
  * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. */
 static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline)
@@ -58,12 +78,15 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline)
     __builtin_ia32_pause();
     if ((spins & 31) == 0 && r2s__now_ns() >= spin_end) break;
   }
+  uint32_t bells = __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED);
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {
     r2s__link_unarm(l, events);
     return 0;
   }
-  int ms = SLEEP_CAP_MS;
+  int cap = (int)__atomic_load_n(&l->wait_cap_ms, __ATOMIC_RELAXED);
+  if (cap <= 0 || cap > SLEEP_CAP_MS) cap = SLEEP_CAP_MS;
+  int ms = cap;
   if (deadline) {
     int64_t left = deadline - r2s__now_ns();
     if (left <= 0) {
@@ -85,6 +108,7 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline)
   int err = rc < 0 ? errno : 0;
   if (rc > 0) r2s__link_pump_due(l);
   if (rc == 0 && ms == SLEEP_CAP_MS) R2S_STAT_INC(waits_slice_expired);
+  if (rc == 0 && ms == cap) note_slice_expired(l, fd, events, cap, bells);
   r2s__link_unarm(l, events);
   if (err == EINTR) return -EINTR;
   return 0;

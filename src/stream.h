@@ -11,7 +11,9 @@
  *  - Waiting spins for R2SOCK_SPIN_US, then sleeps in poll(2) on the real
  *    fd after asking the peer for a doorbell (r2s__link_arm); internal
  *    sleeps are capped at 100 ms so a lost wake-up costs latency, never a
- *    hang. A signal ends a wait with EINTR, as in the kernel.
+ *    hang (2 ms, backing off, on a link where another thread was seen to
+ *    read a sleeper's doorbell). A signal ends a wait with EINTR, as in
+ *    the kernel.
  *  - Return a byte count or -errno; the wrappers set errno. Bytes are
  *    counted per path in the connection.
  */

@@ -74,7 +74,10 @@ typedef struct r2s_transport_s {
    * (the shm name), so no other process can. */
   void (*seal)(r2s_tp_state_t *st);
 
-  /* producer side: into the peer's ring */
+  /* producer side: into the peer's ring. space() is what makes the
+   * connection writable; it may say 0 while a little room is free (shm:
+   * less than a third of the ring, as the kernel does for TCP), and then
+   * the peer rings only once there is that much. put() fills what fits. */
   ssize_t (*space)(r2s_tp_state_t *st);
   ssize_t (*put)(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max);
   /* consumer side: from this end's ring */

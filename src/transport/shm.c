@@ -179,10 +179,22 @@ static void shm_seal(r2s_tp_state_t *st)
   st->named = false;
 }
 
+/* Writable, as the kernel tells it for a TCP socket: once at least a third
+ * of the ring is free (free >= queued / 2, tcp_poll's rule), not at every
+ * byte the reader takes. A writer that outruns its reader then waits for a
+ * stretch of room and fills it in one go, instead of trading each KiB with
+ * the reader through the shared lines (and waking for each). put() still
+ * writes whatever fits. */
+static uint64_t writable_min(const r2s_ring_t *r)
+{
+  return r->size / 3;
+}
+
 static ssize_t shm_space(r2s_tp_state_t *st)
 {
   if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
-  return r2s__ring_space(&st->peer);
+  ssize_t sp = r2s__ring_space(&st->peer);
+  return sp >= 0 && (uint64_t)sp < writable_min(&st->peer) ? 0 : sp;
 }
 
 static ssize_t shm_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
@@ -219,9 +231,14 @@ static void shm_sleep_rx(r2s_tp_state_t *st, bool on)
   __atomic_store_n(&st->own.ctl->consumer_sleeping, on, __ATOMIC_SEQ_CST);
 }
 
+/* A sleeping producer's word holds the free bytes it waits for (at least
+ * 1): the consumer rings only once that much is free. A peer that writes
+ * just 1 (any room) or rings at any room on seeing a nonzero word is served
+ * correctly too, only more often. */
 static void shm_sleep_tx(r2s_tp_state_t *st, bool on)
 {
-  __atomic_store_n(&st->peer.ctl->producer_sleeping, on, __ATOMIC_SEQ_CST);
+  uint64_t want = writable_min(&st->peer);
+  __atomic_store_n(&st->peer.ctl->producer_sleeping, on ? (uint32_t)(want ? want : 1) : 0, __ATOMIC_SEQ_CST);
 }
 
 /* No fence here: the put or get just before was a sequentially consistent
@@ -232,10 +249,17 @@ static bool shm_take_peer_rx_sleeper(r2s_tp_state_t *st)
   return __atomic_load_n(w, __ATOMIC_SEQ_CST) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
 }
 
+/* The producer sleeps only after it saw too little room with its word set,
+ * so its tail is still: the room counted from it here is the room it will
+ * find. A bogus tail (a broken peer) just rings. */
 static bool shm_take_peer_tx_sleeper(r2s_tp_state_t *st)
 {
   uint32_t *w = &st->own.ctl->producer_sleeping;
-  return __atomic_load_n(w, __ATOMIC_SEQ_CST) && __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST);
+  uint32_t want = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+  if (!want) return false;
+  uint64_t queued = __atomic_load_n(&st->own.ctl->tail, __ATOMIC_ACQUIRE) - st->own.head;
+  if (queued <= st->own.size && st->own.size - queued < want) return false;
+  return __atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST) != 0;
 }
 
 static bool shm_peer_tx_closed(r2s_tp_state_t *st)
