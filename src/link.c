@@ -1269,6 +1269,28 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
   return rev;
 }
 
+static bool spin_adapts(const r2s_link_t *l, short events)
+{
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING) return TP(l)->adaptive_spin;
+  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) return TP(l)->adaptive_spin;
+  return false;
+}
+
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events)
+{
+  bool adapt = spin_adapts(l, events);
+  int64_t rx = (events & POLLIN) ? r2s__spin_budget(&l->rx_spin, adapt) : 0;
+  int64_t tx = (events & POLLOUT) ? r2s__spin_budget(&l->tx_spin, adapt) : 0;
+  return rx > tx ? rx : tx;
+}
+
+void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
+{
+  if (!spin_adapts(l, events)) return;
+  if (events & POLLIN) r2s__spin_learn(&l->rx_spin, waited_ns, answered);
+  if (events & POLLOUT) r2s__spin_learn(&l->tx_spin, waited_ns, answered);
+}
+
 short r2s__link_arm(r2s_link_t *l, int fd, short events)
 {
   short owned, rev = 0;
