@@ -1276,11 +1276,11 @@ static bool spin_adapts(const r2s_link_t *l, short events)
   return false;
 }
 
-int64_t r2s__link_spin_budget(r2s_link_t *l, short events)
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)
 {
   bool adapt = spin_adapts(l, events);
-  int64_t rx = (events & POLLIN) ? r2s__spin_budget(&l->rx_spin, adapt) : 0;
-  int64_t tx = (events & POLLOUT) ? r2s__spin_budget(&l->tx_spin, adapt) : 0;
+  int64_t rx = (events & POLLIN) ? r2s__spin_budget(&l->rx_spin, adapt, may_probe) : 0;
+  int64_t tx = (events & POLLOUT) ? r2s__spin_budget(&l->tx_spin, adapt, may_probe) : 0;
   return rx > tx ? rx : tx;
 }
 

@@ -146,10 +146,11 @@ void r2s__link_pump_due(r2s_link_t *l);
  * room in the peer's. For spinning. */
 short r2s__link_poll_ring(r2s_link_t *l, short events);
 
-/* How long a wait for `events` should poll the ring first (spin.h), and
+/* How long a wait for `events` should poll the ring first (spin.h; a wait
+ * on this link alone may probe), and
  * what a wait for them taught: it ended after waited_ns with the ring
  * ready (answered) or not. */
-int64_t r2s__link_spin_budget(r2s_link_t *l, short events);
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe);
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a

@@ -22,6 +22,8 @@
 unsigned r2s__links_active;
 
 #define SLICE_MS 100
+/* Waits over at most this many carried connections may probe (spin.h). */
+#define PROBE_LINKS 4
 
 static int64_t now_ms(void)
 {
@@ -129,9 +131,11 @@ static bool poll_rings_ready(void *arg)
 static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
 {
   int64_t budget = 0;
+  nfds_t links = 0;
+  for (nfds_t i = 0; i < n; i++) links += cs[i] != NULL;
   for (nfds_t i = 0; i < n; i++) {
     if (!cs[i]) continue;
-    int64_t b = r2s__link_spin_budget(cs[i]->link, orig[i]);
+    int64_t b = r2s__link_spin_budget(cs[i]->link, orig[i], links <= PROBE_LINKS);
     if (b > budget) budget = b;
   }
   poll_look_t look = {cs, orig, n};
@@ -498,6 +502,7 @@ static int kernel_epoll(int epfd, struct epoll_event *ev, int max, int ms, const
 typedef struct ep_look_s {
   ep_reg_t *r;
   int64_t budget; /* the longest of the carried entries' budgets */
+  bool may_probe; /* a few carried entries only (spin.h) */
 } ep_look_t;
 
 /* Whether a carried entry's ring can serve it now; with budget_only, only
@@ -515,7 +520,7 @@ static bool ep_scan(ep_look_t *look, bool budget_only)
     if (c == e->conn) {
       short want = (short)(e->events & (EPOLLIN | EPOLLOUT));
       if (budget_only) {
-        int64_t b = r2s__link_spin_budget(c->link, want);
+        int64_t b = r2s__link_spin_budget(c->link, want, look->may_probe);
         if (b > look->budget) look->budget = b;
       } else {
         ready = r2s__link_poll_ring(c->link, want) != 0;
@@ -535,7 +540,16 @@ static bool ep_ready(void *arg)
 /* Polls the carried entries' rings before the wait sleeps (spin.h). */
 static bool spin_entries(ep_reg_t *r)
 {
-  ep_look_t look = {r, 0};
+  unsigned links = 0;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n && links <= PROBE_LINKS; i++) {
+    r2s_conn_t *c = r->v[i].fired ? NULL : carried(r->v[i].fd);
+    if (!c) continue;
+    links += c == r->v[i].conn;
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+  ep_look_t look = {r, 0, links <= PROBE_LINKS};
   (void)ep_scan(&look, true);
   return r2s__spin_until(ep_ready, &look, look.budget);
 }

@@ -8,12 +8,12 @@
 
 #define PROBE_GAP_MAX 64
 
-int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive)
+int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe)
 {
   int64_t base = (int64_t)r2s__opt.spin_us * 1000, max = (int64_t)r2s__opt.spin_max_us * 1000;
   if (!adaptive || max <= base) return base;
   int64_t learnt = __atomic_load_n(&s->budget_ns, __ATOMIC_RELAXED);
-  if (learnt > base) return learnt;
+  if (learnt > base || !may_probe) return learnt > base ? learnt : base;
   /* At SPIN_US: a probe is due every probe_gap waits (spin.h). */
   uint32_t left = __atomic_load_n(&s->probe_in, __ATOMIC_RELAXED);
   if (left > 0) {

@@ -19,7 +19,9 @@
  *    link at SPIN_US polls the whole SPIN_MAX_US now and then (a probe):
  *    after 1 wait, then 2, 4, ... up to 64 waits while probes fail. An
  *    idle application so polls SPIN_US per wait plus SPIN_MAX_US per 64
- *    waits at most; one in a quick exchange skips the sleep's costs.
+ *    waits at most; one in a quick exchange skips the sleep's costs. Only
+ *    a wait on a few links probes: poll/epoll over many use what their
+ *    links learnt.
  *  - Past the first SPIN_US a poll yields the CPU between looks, so that on
  *    a small machine the peer (or Soft-RoCE's kernel threads) still runs.
  *  - The budget is a hint shared by the link's threads: relaxed atomics,
@@ -37,8 +39,10 @@ typedef struct r2s_spin_s {
   uint32_t probe_in, probe_gap; /* waits until the next probe, and the gap after it */
 } r2s_spin_t;
 
-/* The budget of the next poll: SPIN_US, or the learnt one if adaptive. */
-int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive);
+/* The budget of the next poll: SPIN_US, or the learnt one if adaptive;
+ * may_probe lets a due probe count this wait (not in a wait over many
+ * links: of many idle links, one or another would always be due). */
+int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe);
 
 /* A wait of this link ended `waited_ns` after it began (the ring served
  * it), or lasted that long without an answer (answered: false). */

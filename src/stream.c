@@ -68,7 +68,7 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   /* Poll the ring first: a peer that answers soon costs less to wait for
    * than a doorbell and a sleep (spin.h). */
   spin_look_t look = {l, fd, events};
-  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events))) return 0;
+  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true))) return 0;
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {
     r2s__link_unarm(l, events);

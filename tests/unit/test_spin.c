@@ -28,7 +28,7 @@ static void test_fixed_link_polls_spin_us(void **state)
   (void)state;
   r2s_spin_t s = {0};
   r2s__spin_learn(&s, 100 * US, true);
-  for (int i = 0; i < 200; i++) assert_int_equal(r2s__spin_budget(&s, false), 20 * US);
+  for (int i = 0; i < 200; i++) assert_int_equal(r2s__spin_budget(&s, false, true), 20 * US);
 }
 
 static void test_quick_waits_lengthen_the_poll(void **state)
@@ -36,18 +36,18 @@ static void test_quick_waits_lengthen_the_poll(void **state)
   (void)state;
   r2s_spin_t s = {0};
   r2s__spin_learn(&s, 100 * US, true);
-  assert_int_equal(r2s__spin_budget(&s, true), 150 * US);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 150 * US);
   r2s__spin_learn(&s, 40 * US, true);
-  assert_int_equal(r2s__spin_budget(&s, true), 60 * US);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 60 * US);
   /* capped at SPIN_MAX_US */
   r2s__spin_learn(&s, 900 * US, true);
-  assert_int_equal(r2s__spin_budget(&s, true), 1000 * US);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
   /* a wait unanswered but short says nothing */
   r2s__spin_learn(&s, 500 * US, false);
-  assert_int_equal(r2s__spin_budget(&s, true), 1000 * US);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
   /* a quick answer never polls less than SPIN_US */
   r2s__spin_learn(&s, 2 * US, true);
-  int64_t b = r2s__spin_budget(&s, true);
+  int64_t b = r2s__spin_budget(&s, true, true);
   assert_true(b == 20 * US || b == 1000 * US); /* SPIN_US, or a probe */
 }
 
@@ -61,7 +61,7 @@ static void test_long_waits_fall_back_and_probe_rarely(void **state)
    * while every wait stays long. */
   int probes = 0, waits = 2000, last_probe = -1, gap = 0;
   for (int i = 0; i < waits; i++) {
-    int64_t b = r2s__spin_budget(&s, true);
+    int64_t b = r2s__spin_budget(&s, true, true);
     assert_true(b == 20 * US || b == 1000 * US);
     if (b == 1000 * US) {
       if (last_probe >= 0) {
@@ -78,13 +78,22 @@ static void test_long_waits_fall_back_and_probe_rarely(void **state)
   assert_true(gap <= 65);
 }
 
+static void test_sets_of_links_do_not_probe(void **state)
+{
+  (void)state;
+  r2s_spin_t s = {0};
+  for (int i = 0; i < 200; i++) assert_int_equal(r2s__spin_budget(&s, true, false), 20 * US);
+  r2s__spin_learn(&s, 100 * US, true);
+  assert_int_equal(r2s__spin_budget(&s, true, false), 150 * US);
+}
+
 static void test_zero_max_disables_adapting(void **state)
 {
   (void)state;
   r2s__opt.spin_max_us = 0;
   r2s_spin_t s = {0};
   r2s__spin_learn(&s, 0, true);
-  for (int i = 0; i < 200; i++) assert_int_equal(r2s__spin_budget(&s, true), 20 * US);
+  for (int i = 0; i < 200; i++) assert_int_equal(r2s__spin_budget(&s, true, true), 20 * US);
 }
 
 static int countdown;
@@ -118,6 +127,7 @@ int main(void)
       cmocka_unit_test_setup(test_fixed_link_polls_spin_us, setup),
       cmocka_unit_test_setup(test_quick_waits_lengthen_the_poll, setup),
       cmocka_unit_test_setup(test_long_waits_fall_back_and_probe_rarely, setup),
+      cmocka_unit_test_setup(test_sets_of_links_do_not_probe, setup),
       cmocka_unit_test_setup(test_zero_max_disables_adapting, setup),
       cmocka_unit_test_setup(test_poll_ends_on_ready_or_budget, setup),
   };
