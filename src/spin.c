@@ -7,6 +7,10 @@
 #include "options.h"
 
 #define PROBE_GAP_MAX 64
+/* An answered wait that slept lasted the sleep's own costs on top of the
+ * peer's answer: up to this many times SPIN_MAX_US, it still counts as a
+ * quick peer (spin.h). */
+#define SLEEP_SLACK 4
 
 int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe)
 {
@@ -31,7 +35,7 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
 {
   int64_t max = (int64_t)r2s__opt.spin_max_us * 1000;
   uint32_t next;
-  if (waited_ns > max)
+  if (waited_ns > (answered ? SLEEP_SLACK * max : max))
     next = 0; /* the peer is slow or idle: sleep early */
   else if (answered) {
     next = (uint32_t)(waited_ns + waited_ns / 2 < max ? waited_ns + waited_ns / 2 : max);

@@ -14,9 +14,11 @@
  *    poll lasts up to 1.5 times that wait (never less than SPIN_US); after
  *    a longer wait (an idle peer, a timeout) it is back to SPIN_US.
  *  - A wait that sleeps lasts at least the sleep's costs, which can exceed
- *    SPIN_MAX_US by themselves (Soft-RoCE under emulation): learning only
- *    from such waits would never find a peer that answers quickly. So a
- *    link at SPIN_US polls the whole SPIN_MAX_US now and then (a probe):
+ *    SPIN_MAX_US by themselves (Soft-RoCE under emulation: milliseconds).
+ *    So an answered wait of up to 4 times SPIN_MAX_US still sets the budget
+ *    to SPIN_MAX_US: otherwise two ends that both sleep would each see the
+ *    other answer late, for ever. And a link at SPIN_US polls the whole
+ *    SPIN_MAX_US now and then (a probe):
  *    after 1 wait, then 2, 4, ... up to 64 waits while probes fail. An
  *    idle application so polls SPIN_US per wait plus SPIN_MAX_US per 64
  *    waits at most; one in a quick exchange skips the sleep's costs. Only

@@ -42,6 +42,9 @@ static void test_quick_waits_lengthen_the_poll(void **state)
   /* capped at SPIN_MAX_US */
   r2s__spin_learn(&s, 900 * US, true);
   assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
+  /* an answered wait that slept counts as quick up to 4 times the maximum */
+  r2s__spin_learn(&s, 3500 * US, true);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
   /* a wait unanswered but short says nothing */
   r2s__spin_learn(&s, 500 * US, false);
   assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
