@@ -1271,9 +1271,9 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
 
 static bool spin_adapts(const r2s_link_t *l, short events)
 {
-  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING) return TP(l)->adaptive_spin;
-  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) return TP(l)->adaptive_spin;
-  return false;
+  bool ring = ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING) ||
+              ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING);
+  return ring && TP(l)->adaptive_spin;
 }
 
 int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)

@@ -152,7 +152,7 @@ static void learn_poll(r2s_conn_t **cs, const struct pollfd *fds, const short *o
   int64_t waited = r2s__now_ns() - began;
   for (nfds_t i = 0; i < n; i++) {
     if (!cs[i]) continue;
-    short ev = answered ? (short)(fds[i].revents & orig[i] & (POLLIN | POLLOUT)) : (short)(orig[i] & (POLLIN | POLLOUT));
+    short ev = (short)((answered ? fds[i].revents & orig[i] : orig[i]) & (POLLIN | POLLOUT));
     if (ev) r2s__link_spin_learn(cs[i]->link, ev, waited, answered);
   }
 }
@@ -410,7 +410,8 @@ static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm, int6
       if (!arm) rev &= (short)(owned | POLLERR);
       uint32_t got = (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP);
       if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
-        if (began) r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
+        if (began)
+          r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
         out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
         e->round = r->round;
         if (e->events & EPOLLONESHOT) e->fired = true;
@@ -453,8 +454,10 @@ static void merge_reported(r2s_conn_t *c, const ep_entry_t *e, uint32_t events, 
 /* Kernel events on a carried connection: for the bits the link owns the
  * kernel saw doorbells or frames, so the link's answer replaces them; the
  * other bits stand. An entry already reported in this call is not
- * reported twice (see merge_reported). */
-static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k, int64_t began)
+ * reported twice (see merge_reported). A wait that began at `began` (0:
+ * none) ends for the links found ready, as in collect(). */
+static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k,
+                  int64_t began)
 {
   int out = 0;
   pthread_mutex_lock(&r->lock);
@@ -478,7 +481,8 @@ static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll
           if ((events & EPOLLPRI) && urgent_is_shims(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
           if (events) e->round = r->round;
           if (began && (rev & owned & (POLLIN | POLLOUT)))
-            r2s__link_spin_learn(c->link, (short)(rev & owned & (POLLIN | POLLOUT)), r2s__now_ns() - began, true);
+            r2s__link_spin_learn(c->link, (short)(rev & owned & (POLLIN | POLLOUT)), r2s__now_ns() - began,
+                                 true);
         }
       }
       r2s__conn_put(c);
