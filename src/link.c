@@ -1269,26 +1269,29 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
   return rev;
 }
 
-static bool spin_adapts(const r2s_link_t *l, short events)
+/* Only waits for the peer's bytes adapt. A writer waits for room when the
+ * reader is slower, and its polling would take CPU from that reader. */
+static bool rx_spin_adapts(const r2s_link_t *l)
 {
-  bool ring = ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING) ||
-              ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING);
-  return ring && TP(l)->adaptive_spin;
+  return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING && TP(l)->adaptive_spin;
 }
+
+/* An answer this large is a stream, not a reply: the writer is busy
+ * filling the ring and polling would only take CPU from it. */
+#define SPIN_STREAM_BYTES (16u << 10)
 
 int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)
 {
-  bool adapt = spin_adapts(l, events);
-  int64_t rx = (events & POLLIN) ? r2s__spin_budget(&l->rx_spin, adapt, may_probe) : 0;
-  int64_t tx = (events & POLLOUT) ? r2s__spin_budget(&l->tx_spin, adapt, may_probe) : 0;
+  int64_t rx = (events & POLLIN) ? r2s__spin_budget(&l->rx_spin, rx_spin_adapts(l), may_probe) : 0;
+  int64_t tx = (events & POLLOUT) ? r2s__spin_budget(&l->tx_spin, false, false) : 0;
   return rx > tx ? rx : tx;
 }
 
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
 {
-  if (!spin_adapts(l, events)) return;
-  if (events & POLLIN) r2s__spin_learn(&l->rx_spin, waited_ns, answered);
-  if (events & POLLOUT) r2s__spin_learn(&l->tx_spin, waited_ns, answered);
+  if (!(events & POLLIN) || !rx_spin_adapts(l)) return;
+  if (answered && TP(l)->avail(TPS(l)) >= (ssize_t)SPIN_STREAM_BYTES) waited_ns = INT64_MAX;
+  r2s__spin_learn(&l->rx_spin, waited_ns, answered);
 }
 
 short r2s__link_arm(r2s_link_t *l, int fd, short events)

@@ -12,7 +12,11 @@
  *    microseconds on hardware, tens of them on Soft-RoCE) learns from its
  *    own waits: after a wait that ended within R2SOCK_SPIN_MAX_US, the next
  *    poll lasts up to 1.5 times that wait (never less than SPIN_US); after
- *    a longer wait (an idle peer, a timeout) it is back to SPIN_US.
+ *    a longer wait (an idle peer, a timeout) it is back to SPIN_US. Only
+ *    waits for the peer's bytes adapt, and only to replies: a wait that
+ *    ends with a stream's worth in the ring (16 KiB) is treated as long,
+ *    since its writer is busy and polling would take CPU from it; so is a
+ *    writer's wait for room (link.c decides both).
  *  - A wait that sleeps lasts at least the sleep's costs, which can exceed
  *    SPIN_MAX_US by themselves (Soft-RoCE under emulation: milliseconds).
  *    So an answered wait of up to 4 times SPIN_MAX_US still sets the budget

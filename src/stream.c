@@ -59,8 +59,9 @@ static bool spin_ready(void *arg)
 
 /* Waits until `events` may be ready on the link, or the deadline (0: none)
  * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. *began is
- * when the caller's wait began (set here on its first round), so that the
- * caller can tell the link how long the whole wait took. */
+ * when the caller's wait began (set here on its first round, cleared when
+ * the ring answered), so that the link learns how long the whole wait took
+ * (spin.h). */
 static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64_t *began)
 {
   r2s_link_t *l = c->link;
@@ -68,7 +69,11 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   /* Poll the ring first: a peer that answers soon costs less to wait for
    * than a doorbell and a sleep (spin.h). */
   spin_look_t look = {l, fd, events};
-  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true))) return 0;
+  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true))) {
+    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
+    *began = 0;
+    return 0;
+  }
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {
     r2s__link_unarm(l, events);
@@ -96,7 +101,12 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   int err = rc < 0 ? errno : 0;
   if (rc > 0) r2s__link_pump_due(l);
   if (rc == 0 && ms == SLEEP_CAP_MS) R2S_STAT_INC(waits_slice_expired);
-  if (rc == 0) r2s__link_spin_learn(l, events, r2s__now_ns() - *began, false);
+  if (rc == 0) {
+    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, false);
+  } else if (rc > 0 && (r2s__link_poll_ring(l, events) & events)) {
+    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
+    *began = 0;
+  }
   r2s__link_unarm(l, events);
   if (err == EINTR) return -EINTR;
   return 0;
@@ -124,7 +134,7 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
     int path = r2s__link_rx_path(l);
     ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK);
-    if (n > 0 && began) r2s__link_spin_learn(l, POLLIN, r2s__now_ns() - began, true), began = 0;
+    if (n > 0) began = 0;
     if (n > 0) {
       if (!(flags & MSG_PEEK)) r2s__conn_count_rx(c, (r2s_path_t)path, n);
       done += (size_t)n;
@@ -152,7 +162,7 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
     int path = r2s__link_tx_path(l);
     ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT);
-    if (n > 0 && began) r2s__link_spin_learn(l, POLLOUT, r2s__now_ns() - began, true), began = 0;
+    if (n > 0) began = 0;
     if (n > 0) {
       r2s__conn_count_tx(c, (r2s_path_t)path, n);
       done += (size_t)n;
