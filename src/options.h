@@ -50,7 +50,7 @@ typedef int r2s_opt_gidindex_t; /* -1: chosen from the connection's address */
   X(RING_SIZE, ring_size, ringsize, (512u << 10), "bytes of each receive ring (a power of two, 4K to 1G)")   \
   X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)") \
   X(SPIN_MAX_US, spin_max_us, usec, 1000,                                                                  \
-    "microseconds an RDMA connection's blocked call may poll when its recent waits were that short "       \
+    "microseconds an RDMA connection's blocked read may poll when its recent waits were that short "       \
     "(0-100000)")                                                                                            \
   X(TRANSPORT, transport, transport, R2S_TRANSPORT_AUTO,                                                     \
     "auto (shared memory to a local peer, RDMA to a remote one), shm, or rdma (also to a local peer)")       \
