@@ -963,28 +963,6 @@ static void read_control_locked(r2s_link_t *l, int fd)
   if (st == R2S_RX_RING && !FAILED(l)) {
     int rc = pump_control(l, fd);
     if (rc < 0) fail(l, rc, "bad frame from the peer");
-    return;
-  }
-  while (l->rx_data_left == 0 && !FAILED(l)) {
-    r2s_frame_hdr_t h;
-    int t = read_frame(l, fd, &h);
-    if (t <= 0) {
-      if (t == 0)
-        l->rx_eof = true;
-      else if (t != -EAGAIN)
-        fail(l, t, "bad frame from the peer");
-      break;
-    }
-    if (t == R2S_FRAME_DATA) {
-      l->rx_data_left = h.len;
-      break;
-    }
-    int rc = handle_control(l, fd, &h);
-    if (rc == RETRY) break;
-    if (rc < 0) {
-      fail(l, rc, "bad frame from the peer");
-      break;
-    }
   }
 }
 
@@ -1346,6 +1324,31 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
       TP(l)->space(TPS(l)) != 0)
     rev |= POLLOUT;
   return rev;
+}
+
+/* Only waits for the peer's bytes adapt. A writer waits for room when the
+ * reader is slower, and its polling would take CPU from that reader. */
+static bool rx_spin_adapts(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING && TP(l)->adaptive_spin;
+}
+
+/* An answer this large is a stream, not a reply: the writer is busy
+ * filling the ring and polling would only take CPU from it. */
+#define SPIN_STREAM_BYTES (16u << 10)
+
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)
+{
+  int64_t rx = (events & POLLIN) ? r2s__spin_budget(&l->rx_spin, rx_spin_adapts(l), may_probe) : 0;
+  int64_t tx = (events & POLLOUT) ? r2s__spin_budget(&l->tx_spin, false, false) : 0;
+  return rx > tx ? rx : tx;
+}
+
+void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
+{
+  if (!(events & POLLIN) || !rx_spin_adapts(l)) return;
+  if (answered && TP(l)->avail(TPS(l)) >= (ssize_t)SPIN_STREAM_BYTES) waited_ns = INT64_MAX;
+  r2s__spin_learn(&l->rx_spin, waited_ns, answered);
 }
 
 short r2s__link_arm(r2s_link_t *l, int fd, short events)

@@ -32,6 +32,7 @@
 #include <sys/uio.h>
 
 #include "frame.h"
+#include "spin.h"
 #include "transport.h"
 
 typedef enum { R2S_RX_PROBE, R2S_RX_PREMARK, R2S_RX_PLAIN, R2S_RX_FRAMES, R2S_RX_RING } r2s_rx_state_t;
@@ -92,6 +93,8 @@ struct r2s_link_s {
   /* the transport both directions use once agreed */
   const r2s_transport_t *tp;
   r2s_tp_state_t *tps;
+
+  r2s_spin_t rx_spin, tx_spin; /* how long waits for our ring / the peer's poll (spin.h) */
 };
 
 /* A link for a freshly established connection, after sending the hello on
@@ -145,6 +148,13 @@ void r2s__link_pump_due(r2s_link_t *l);
 /* The part of r2s__link_poll that needs no system call: bytes in our ring,
  * room in the peer's. For spinning. */
 short r2s__link_poll_ring(r2s_link_t *l, short events);
+
+/* How long a wait for `events` should poll the ring first (spin.h; a wait
+ * on this link alone may probe), and
+ * what a wait for them taught: it ended after waited_ns with the ring
+ * ready (answered) or not. */
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe);
+void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a
  * doorbell, then re-check. Returns the events ready right now (0: sleep).

@@ -63,6 +63,9 @@ typedef struct r2s_opt_ports_s {
     "assume every peer runs r2sock: switch without waiting for its hello")                                   \
   X(RING_SIZE, ring_size, ringsize, (512u << 10), "bytes of each receive ring (a power of two, 4K to 1G)")   \
   X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)") \
+  X(SPIN_MAX_US, spin_max_us, usec, 1000,                                                                  \
+    "microseconds an RDMA connection's blocked read may poll when its recent waits were that short "       \
+    "(0-100000)")                                                                                            \
   X(TRANSPORT, transport, transport, R2S_TRANSPORT_AUTO,                                                     \
     "auto (shared memory to a local peer, RDMA to a remote one), shm, or rdma (also to a local peer)")       \
   X(DEVICE, device, string, NULL, "the RDMA device to use (e.g. mlx5_0, rxe0) instead of the one that owns the address") \

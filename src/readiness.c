@@ -16,11 +16,14 @@
 #include "libc.h"
 #include "link.h"
 #include "options.h"
+#include "spin.h"
 #include "stats.h"
 
 unsigned r2s__links_active;
 
 #define SLICE_MS 100
+/* Waits over at most this many carried connections may probe (spin.h). */
+#define PROBE_LINKS 4
 
 static int64_t now_ms(void)
 {
@@ -140,19 +143,50 @@ static bool kernel_look_fresh(uint64_t set)
   return false;
 }
 
-/* True as soon as a carried connection's ring can serve one of its events. */
+
+typedef struct poll_look_s {
+  r2s_conn_t **cs;
+  const short *orig;
+  nfds_t n;
+} poll_look_t;
+
+static bool poll_rings_ready(void *arg)
+{
+  const poll_look_t *p = arg;
+  for (nfds_t i = 0; i < p->n; i++)
+    if (p->cs[i] && r2s__link_poll_ring(p->cs[i]->link, p->orig[i])) return true;
+  return false;
+}
+
+/* True as soon as a carried connection's ring can serve one of its events,
+ * within the longest budget of the set (spin.h). */
 static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
 {
-  if (!r2s__opt.spin_us) return false;
-  int64_t end = r2s__now_ns() + (int64_t)r2s__opt.spin_us * 1000;
-  for (unsigned spins = 1;; spins++) {
-    for (nfds_t i = 0; i < n; i++)
-      if (cs[i] && r2s__link_poll_ring(cs[i]->link, orig[i])) return true;
-    __builtin_ia32_pause();
-    /* The clock costs more than a look at the rings: read it now and then. */
-    if ((spins & 31) == 0 && r2s__now_ns() >= end) break;
+  int64_t budget = 0;
+  nfds_t links = 0;
+  for (nfds_t i = 0; i < n; i++) links += cs[i] != NULL;
+  for (nfds_t i = 0; i < n; i++) {
+    if (!cs[i]) continue;
+    int64_t b = r2s__link_spin_budget(cs[i]->link, orig[i], links <= PROBE_LINKS);
+    if (b > budget) budget = b;
   }
-  return false;
+  poll_look_t look = {cs, orig, n};
+  return r2s__spin_until(poll_rings_ready, &look, budget);
+}
+
+/* What a wait that began at `began` (0: none) taught the links of the set:
+ * those ready now answered; a wait that timed out (answered false) says
+ * all of them were slow. */
+static void learn_poll(r2s_conn_t **cs, const struct pollfd *fds, const short *orig, nfds_t n, int64_t began,
+                       bool answered)
+{
+  if (!began) return;
+  int64_t waited = r2s__now_ns() - began;
+  for (nfds_t i = 0; i < n; i++) {
+    if (!cs[i]) continue;
+    short ev = (short)((answered ? fds[i].revents & orig[i] : orig[i]) & (POLLIN | POLLOUT));
+    if (ev) r2s__link_spin_learn(cs[i]->link, ev, waited, answered);
+  }
 }
 
 int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
@@ -177,6 +211,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
   int rc = -ENOENT;
   if (!special) goto out;
   int64_t deadline = -2; /* computed when first needed: a ready answer needs no clock */
+  int64_t began = 0;     /* when this call started to wait (spin.h) */
   for (;;) {
     /* What the links know, then the kernel's instant answer for the rest. */
     short lrev[n ? n : 1];
@@ -204,13 +239,17 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
       if (cs[i]) fds[i].revents = (short)((kernel_in(cs[i], fds[i].fd, orig[i], fds[i].revents) & ~own[i]) | lrev[i]);
       rc += fds[i].revents != 0;
     }
-    if (rc > 0) break;
+    if (rc > 0) {
+      learn_poll(cs, fds, orig, n, began, true);
+      break;
+    }
     if (deadline == -2) deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
     int ms = slice(deadline);
     if (ms == 0) break;
     /* Nothing yet. A peer running on the other core answers within
      * microseconds: look at the rings for R2SOCK_SPIN_US before paying for
      * a doorbell and a sleep. */
+    if (!began) began = r2s__now_ns();
     if (spin_rings(cs, orig, n)) continue;
     /* Still nothing: ask the peers for doorbells, re-check, sleep. */
     bool ready = false;
@@ -222,6 +261,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
       R2S_STAT_INC(waits_sleep);
       rc = kernel_poll(fds, n, ms, mask);
       if (rc == 0 && ms == SLICE_MS) R2S_STAT_INC(waits_slice_expired);
+      if (rc == 0) learn_poll(cs, fds, orig, n, began, false);
     }
     for (nfds_t i = 0; i < n; i++) {
       if (!cs[i]) continue;
@@ -377,8 +417,9 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
 }
 
 /* Readiness of the carried connections registered in r, up to max events;
- * -ENOENT if none of its registrations is a carried connection. */
-static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm)
+ * -ENOENT if none of its registrations is a carried connection. A wait
+ * that began at `began` (0: none) ends for the links found ready. */
+static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm, int64_t began)
 {
   int k = 0;
   bool any = false;
@@ -395,6 +436,8 @@ static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm)
       if (!arm) rev &= (short)(owned | POLLERR);
       uint32_t got = (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP);
       if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
+        if (began)
+          r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
         out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
         e->round = r->round;
         if (e->events & EPOLLONESHOT) e->fired = true;
@@ -437,8 +480,10 @@ static void merge_reported(r2s_conn_t *c, const ep_entry_t *e, uint32_t events, 
 /* Kernel events on a carried connection: for the bits the link owns the
  * kernel saw doorbells or frames, so the link's answer replaces them; the
  * other bits stand. An entry already reported in this call is not
- * reported twice (see merge_reported). */
-static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k)
+ * reported twice (see merge_reported). A wait that began at `began` (0:
+ * none) ends for the links found ready, as in collect(). */
+static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k,
+                  int64_t began)
 {
   int out = 0;
   pthread_mutex_lock(&r->lock);
@@ -461,6 +506,9 @@ static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll
           if (!(owned & POLLIN)) events = (uint32_t)(uint16_t)kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
           if ((events & EPOLLPRI) && urgent_is_shims(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
           if (events) e->round = r->round;
+          if (began && (rev & owned & (POLLIN | POLLOUT)))
+            r2s__link_spin_learn(c->link, (short)(rev & owned & (POLLIN | POLLOUT)), r2s__now_ns() - began,
+                                 true);
         }
       }
       r2s__conn_put(c);
@@ -481,38 +529,101 @@ static int kernel_epoll(int epfd, struct epoll_event *ev, int max, int ms, const
   return rc < 0 ? -errno : rc;
 }
 
+typedef struct ep_look_s {
+  ep_reg_t *r;
+  int64_t budget; /* the longest of the carried entries' budgets */
+  bool may_probe; /* a few carried entries only (spin.h) */
+} ep_look_t;
+
+/* Whether a carried entry's ring can serve it now; with budget_only, only
+ * computes look->budget. */
+static bool ep_scan(ep_look_t *look, bool budget_only)
+{
+  ep_reg_t *r = look->r;
+  bool ready = false;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n && !ready; i++) {
+    ep_entry_t *e = &r->v[i];
+    if (e->fired) continue;
+    r2s_conn_t *c = carried(e->fd);
+    if (!c) continue;
+    if (c == e->conn) {
+      short want = (short)(e->events & (EPOLLIN | EPOLLOUT));
+      if (budget_only) {
+        int64_t b = r2s__link_spin_budget(c->link, want, look->may_probe);
+        if (b > look->budget) look->budget = b;
+      } else {
+        ready = r2s__link_poll_ring(c->link, want) != 0;
+      }
+    }
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return ready;
+}
+
+static bool ep_ready(void *arg)
+{
+  return ep_scan(arg, false);
+}
+
+/* Polls the carried entries' rings before the wait sleeps (spin.h). */
+static bool spin_entries(ep_reg_t *r)
+{
+  unsigned links = 0;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n && links <= PROBE_LINKS; i++) {
+    r2s_conn_t *c = r->v[i].fired ? NULL : carried(r->v[i].fd);
+    if (!c) continue;
+    links += c == r->v[i].conn;
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+  ep_look_t look = {r, 0, links <= PROBE_LINKS};
+  (void)ep_scan(&look, true);
+  return r2s__spin_until(ep_ready, &look, look.budget);
+}
+
 int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask)
 {
   ep_reg_t *r = reg_of(epfd, false);
   if (!r || max <= 0) return -ENOENT;
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int64_t began = 0; /* when this call started to wait (spin.h) */
   for (;;) {
     pthread_mutex_lock(&r->lock);
     r->round++;
     pthread_mutex_unlock(&r->lock);
-    int k = collect(r, ev, max, false);
+    int k = collect(r, ev, max, false, began);
     if (k < 0) return k; /* nothing of ours in this set: the kernel alone */
     if (k > 0) {
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
-      return more < 0 ? k : k + filter(r, ev, k, ev + k, more);
+      return more < 0 ? k : k + filter(r, ev, k, ev + k, more, began);
     }
     int ms = slice(deadline);
-    k = collect(r, ev, max, true); /* arms, and catches what raced in */
+    if (ms && !began) {
+      /* Nothing yet: a peer that answers soon costs less to wait for than
+       * a doorbell and a sleep. The kernel's fds are not looked at while
+       * polling; the budget bounds what that delays them. */
+      began = r2s__now_ns();
+      if (spin_entries(r)) continue;
+    }
+    k = collect(r, ev, max, true, began); /* arms, and catches what raced in */
     if (k < 0) return k;
     if (k > 0) {
       unarm_all(r);
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
-      return more < 0 ? k : k + filter(r, ev, k, ev + k, more);
+      return more < 0 ? k : k + filter(r, ev, k, ev + k, more, began);
     }
     int n = kernel_epoll(epfd, ev, max, ms, mask);
     unarm_all(r);
     if (n < 0) return n;
-    n = filter(r, ev, 0, ev, n);
+    n = filter(r, ev, 0, ev, n, began);
     if (n > 0) return n;
     /* Only doorbells (or nothing): look at the links again, unless the
      * time is up. */
     if (ms == 0) {
-      k = collect(r, ev, max, false);
+      k = collect(r, ev, max, false, began);
       return k < 0 ? 0 : k;
     }
   }

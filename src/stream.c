@@ -14,6 +14,7 @@
 #include "link.h"
 #include "options.h"
 #include "sanitize.h"
+#include "spin.h"
 #include "stats.h"
 
 #define SLEEP_CAP_MS 100
@@ -63,20 +64,35 @@ static void note_slice_expired(r2s_link_t *l, int fd, short events, int cap, uin
   __atomic_store_n(&l->wait_cap_ms, (uint32_t)(next < SLEEP_CAP_MS ? next : SLEEP_CAP_MS), __ATOMIC_RELAXED);
 }
 
+typedef struct spin_look_s {
+  r2s_link_t *l;
+  int fd;
+  short events;
+} spin_look_t;
+
+static bool spin_ready(void *arg)
+{
+  spin_look_t *s = arg;
+  short owned, rev = r2s__link_poll(s->l, s->fd, s->events, &owned);
+  return (rev & owned & s->events) || !(owned & s->events);
+}
+
 /* Waits until `events` may be ready on the link, or the deadline (0: none)
- * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. */
-static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline)
+ * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. *began is
+ * when the caller's wait began (set here on its first round, cleared when
+ * the ring answered), so that the link learns how long the whole wait took
+ * (spin.h). */
+static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64_t *began)
 {
   r2s_link_t *l = c->link;
-  short owned;
-  int64_t spin_end = r2s__now_ns() + (int64_t)r2s__opt.spin_us * 1000;
-  /* Spin on shared memory first: a peer running on another core answers in
-   * well under a microsecond, far below the cost of sleeping. */
-  for (unsigned spins = 1;; spins++) {
-    short rev = r2s__link_poll(l, fd, events, &owned);
-    if ((rev & owned & events) || !(owned & events)) break;
-    __builtin_ia32_pause();
-    if ((spins & 31) == 0 && r2s__now_ns() >= spin_end) break;
+  if (!*began) *began = r2s__now_ns();
+  /* Poll the ring first: a peer that answers soon costs less to wait for
+   * than a doorbell and a sleep (spin.h). */
+  spin_look_t look = {l, fd, events};
+  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true))) {
+    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
+    *began = 0;
+    return 0;
   }
   uint32_t bells = __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED);
   short ready = r2s__link_arm(l, fd, events);
@@ -109,6 +125,12 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline)
   if (rc > 0) r2s__link_pump_due(l);
   if (rc == 0 && ms == SLEEP_CAP_MS) R2S_STAT_INC(waits_slice_expired);
   if (rc == 0 && ms == cap) note_slice_expired(l, fd, events, cap, bells);
+  if (rc == 0) {
+    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, false);
+  } else if (rc > 0 && (r2s__link_poll_ring(l, events) & events)) {
+    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
+    *began = 0;
+  }
   r2s__link_unarm(l, events);
   if (err == EINTR) return -EINTR;
   return 0;
@@ -130,12 +152,13 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   r2s_link_t *l = c->link;
   size_t want = total_len(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
-  int64_t deadline = 0;
+  int64_t deadline = 0, began = 0;
   struct iovec rest[64];
   for (;;) {
     int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
     int path = r2s__link_rx_path(l);
     ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK);
+    if (n > 0) began = 0;
     if (n > 0) {
       if (!(flags & MSG_PEEK)) r2s__conn_count_rx(c, (r2s_path_t)path, n);
       done += (size_t)n;
@@ -146,7 +169,7 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
-    int rc = wait_for(c, fd, POLLIN, deadline);
+    int rc = wait_for(c, fd, POLLIN, deadline, &began);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }
@@ -157,12 +180,13 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   r2s_link_t *l = c->link;
   size_t want = total_len(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags);
-  int64_t deadline = 0;
+  int64_t deadline = 0, began = 0;
   struct iovec rest[64];
   for (;;) {
     int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
     int path = r2s__link_tx_path(l);
     ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT);
+    if (n > 0) began = 0;
     if (n > 0) {
       r2s__conn_count_tx(c, (r2s_path_t)path, n);
       done += (size_t)n;
@@ -177,7 +201,7 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->sndtimeo_ms) deadline = deadline_of(c->sndtimeo_ms);
-    int rc = wait_for(c, fd, POLLOUT, deadline);
+    int rc = wait_for(c, fd, POLLOUT, deadline, &began);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }

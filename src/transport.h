@@ -61,6 +61,8 @@ typedef struct r2s_transport_s {
   const char *name;
   int path; /* r2s_path_t */
   bool needs_ready;
+  /* Blocked calls learn how long to poll from their waits (spin.h). */
+  bool adaptive_spin;
 
   /* Creates this end's receive ring and describes it in *hs. */
   int (*offer)(r2s_tp_state_t **st, r2s_handshake_t *hs, const r2s_tp_conn_t *conn);

@@ -697,6 +697,7 @@ const r2s_transport_t r2s__transport_rdma = {
     .name = "rdma",
     .path = 2, /* R2S_PATH_RDMA */
     .needs_ready = true,
+    .adaptive_spin = true,
     .offer = rdma_offer,
     .connect = rdma_connect,
     .reaches = rdma_reaches,

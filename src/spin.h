@@ -1,0 +1,61 @@
+/*
+ * spin.h - how long a blocked call polls the rings before it sleeps.
+ *
+ * Contract:
+ *  - Sleeping costs a fixed price: an announcement to the peer, a DOORBELL
+ *    over TCP, a wake-up from the kernel. A peer that answers sooner than
+ *    that price is better waited for by polling the ring.
+ *  - A link with a fixed budget (shared memory: the peer on another core
+ *    answers in well under a microsecond, or is busy for long) polls for
+ *    R2SOCK_SPIN_US.
+ *  - A link with an adaptive budget (RDMA: a round trip of the device costs
+ *    microseconds on hardware, tens of them on Soft-RoCE) learns from its
+ *    own waits: after a wait that ended within R2SOCK_SPIN_MAX_US, the next
+ *    poll lasts up to 1.5 times that wait (never less than SPIN_US); after
+ *    a longer wait (an idle peer, a timeout) it is back to SPIN_US. Only
+ *    waits for the peer's bytes adapt, and only to replies: a wait that
+ *    ends with a stream's worth in the ring (16 KiB) is treated as long,
+ *    since its writer is busy and polling would take CPU from it; so is a
+ *    writer's wait for room (link.c decides both).
+ *  - A wait that sleeps lasts at least the sleep's costs, which can exceed
+ *    SPIN_MAX_US by themselves (Soft-RoCE under emulation: milliseconds).
+ *    So an answered wait of up to 4 times SPIN_MAX_US still sets the budget
+ *    to SPIN_MAX_US: otherwise two ends that both sleep would each see the
+ *    other answer late, for ever. And a link at SPIN_US polls the whole
+ *    SPIN_MAX_US now and then (a probe):
+ *    after 1 wait, then 2, 4, ... up to 64 waits while probes fail. An
+ *    idle application so polls SPIN_US per wait plus SPIN_MAX_US per 64
+ *    waits at most; one in a quick exchange skips the sleep's costs. Only
+ *    a wait on a few links probes: poll/epoll over many use what their
+ *    links learnt.
+ *  - Past the first SPIN_US a poll yields the CPU between looks, so that on
+ *    a small machine the peer (or Soft-RoCE's kernel threads) still runs.
+ *  - The budget is a hint shared by the link's threads: relaxed atomics,
+ *    no lock; a lost update only costs one wait's precision.
+ */
+#ifndef R2S_SPIN_H
+#define R2S_SPIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One direction's learnt budget; zero-initialised means SPIN_US. */
+typedef struct r2s_spin_s {
+  uint32_t budget_ns;
+  uint32_t probe_in, probe_gap; /* waits until the next probe, and the gap after it */
+} r2s_spin_t;
+
+/* The budget of the next poll: SPIN_US, or the learnt one if adaptive;
+ * may_probe lets a due probe count this wait (not in a wait over many
+ * links: of many idle links, one or another would always be due). */
+int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe);
+
+/* A wait of this link ended `waited_ns` after it began (the ring served
+ * it), or lasted that long without an answer (answered: false). */
+void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered);
+
+/* Polls ready(arg) until it returns true (then true) or budget_ns pass
+ * (then false). */
+bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns);
+
+#endif
