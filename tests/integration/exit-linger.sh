@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A client that exits before its peer has read its stream (README, process
 # model: "exit"). Both ends under the shim.
-#   usage: exit-linger.sh fill|done
+#   usage: exit-linger.sh fill|clean
 #   fill: the client fills the socket buffers without blocking, closes and
 #         exits; only then does the server start reading, so its shim reads
 #         the client's hello (and answers with frames) after the client has
@@ -9,15 +9,15 @@
 #         Under auto the client's exit hands the socket to a lingerer
 #         (exit_lingered=1), which must be there while the server has not
 #         read, and gone once the server has read to the end and closed.
-#   done: the client reads the server's reply to its end before it exits:
+#   clean: the client reads the server's reply to its end before it exits:
 #         nothing is left to finish, so no lingerer (exit_lingered=0).
 # Under R2SOCK_UPGRADE=never no lingerer is ever made.
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 r2s_python
 PEER=$(dirname "$0")/exit_peer.py
-which=${1:?usage: exit-linger.sh fill|done}
-[[ $which == fill || $which == done ]] || fail "unknown case '$which'"
+which=${1:?usage: exit-linger.sh fill|clean}
+[[ $which == fill || $which == clean ]] || fail "unknown case '$which'"
 port=$(free_port)
 
 # lingerers [client]: pids of the r2s-linger processes of this test; a
@@ -66,7 +66,7 @@ if [[ $which == fill ]]; then
   $upgrading && want_lingered=1
 else
   start_server srv "$port" "$PY" "$PEER" server --port "$port"
-  run 30 "$PY" "$PEER" client --port "$port" --mode done >"$TMP/client.out"
+  run 30 "$PY" "$PEER" client --port "$port" --mode clean >"$TMP/client.out"
   cpid=$(sed -n 's/^exit_peer client: wrote 65536, reply OK pid=\([0-9]*\)$/\1/p' "$TMP/client.out")
   [[ -n $cpid ]] || fail "expected the client to get its reply: $(cat "$TMP/client.out")"
   wait_server srv 20

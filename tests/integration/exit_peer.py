@@ -7,7 +7,7 @@ client --port P --mode fill
     buffers are full (the kernel says EAGAIN), closes and exits at once:
     the tail is still in our kernel's send queue. Prints
     "exit_peer client: wrote N pid=PID".
-client --port P --mode done
+client --port P --mode clean
     Connects, writes 64 KiB of the pattern, shuts down its direction, reads
     the server's reply to the end, closes and exits: nothing is left to
     finish. Prints "exit_peer client: wrote N, reply OK pid=PID".
@@ -117,7 +117,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("role", choices=["client", "server"])
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=["fill", "done"], default="fill")
+    ap.add_argument("--mode", choices=["fill", "clean"], default="fill")
     ap.add_argument("--go")
     args = ap.parse_args()
     (client if args.role == "client" else server)(args)
