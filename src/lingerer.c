@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "libc.h"
+#include "options.h"
 
 #define DEFAULT_BOUND_S 60
 #define CAP_BOUNDS      10 /* the lingerer ends after this many bounds at most */
@@ -32,6 +33,7 @@ struct lsock {
 
 long long r2s__lingerer_bound_ns(void)
 {
+  if (r2s__opt.linger_s) return r2s__opt.linger_s * NS;
   long s = DEFAULT_BOUND_S;
   int fd = r2s__open_raw("/proc/sys/net/ipv4/tcp_fin_timeout", O_RDONLY | O_CLOEXEC, 0);
   if (fd >= 0) {

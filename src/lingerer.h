@@ -33,8 +33,9 @@
 
 int r2s__lingerer_start(const int *fds, int n);
 
-/* The kernel's bound for an orphan waiting on its peer (tcp_fin_timeout),
- * in nanoseconds; 60 s if it cannot be read. */
+/* How long a socket whose send queue stopped moving is kept, in
+ * nanoseconds: R2SOCK_LINGER, or else the kernel's bound for an orphan
+ * waiting on its peer (tcp_fin_timeout; 60 s if it cannot be read). */
 long long r2s__lingerer_bound_ns(void);
 
 #endif
