@@ -114,7 +114,10 @@ __attribute__((destructor)) static void r2s_destructor(void)
 {
   if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) return;
   r2s__rdma_exit(1000);
-  r2s__reaper_wait(1000);
+  /* Most peers end at about the time we do; a peer that reads late gets a
+   * lingerer instead of a wait (exit used to wait 1 s and then let late
+   * frames reset the connection). */
+  r2s__reaper_exit(100);
   r2s__shm_exit();
   r2s__statseg_exit();
   if (r2s__opt.stats || r2s__log_level >= R2S_LOG_INFO) r2s__conn_fold_live();

@@ -108,6 +108,14 @@ bool r2s__parse_usec(const char *s, unsigned *out)
   return true;
 }
 
+bool r2s__parse_seconds(const char *s, unsigned *out)
+{
+  uint64_t v;
+  if (!r2s__parse_size(s, &v) || v > 3600 || strpbrk(s, "kKmMgG")) return false;
+  *out = (unsigned)v;
+  return true;
+}
+
 static const char *const transport_names[] = {"auto", "shm", "rdma"};
 
 bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out)
@@ -201,6 +209,7 @@ static bool parse_string(const char *s, const char **out)
 #define parse_upgrade  r2s__parse_upgrade
 #define parse_ringsize r2s__parse_ringsize
 #define parse_usec     r2s__parse_usec
+#define parse_seconds  r2s__parse_seconds
 #define parse_transport r2s__parse_transport
 #define parse_gidindex r2s__parse_gidindex
 #define parse_ports    r2s__parse_ports
@@ -219,6 +228,14 @@ static const char *format_ringsize(const uint64_t *v, char *b, size_t n)
 static const char *format_usec(const unsigned *v, char *b, size_t n)
 {
   snprintf(b, n, "%u", *v);
+  return b;
+}
+static const char *format_seconds(const unsigned *v, char *b, size_t n)
+{
+  if (*v == 0)
+    snprintf(b, n, "tcp_fin_timeout");
+  else
+    snprintf(b, n, "%u", *v);
   return b;
 }
 static const char *format_level(const int *v, char *b, size_t n)
@@ -252,6 +269,7 @@ static const char *const accepted_string = "a non-empty string";
 static const char *const accepted_upgrade = "never, auto or a size such as 64K";
 static const char *const accepted_ringsize = "a power of two from 4K to 1G";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
+static const char *const accepted_seconds = "a whole number of seconds, 0 to 3600";
 static const char *const accepted_transport = "auto, shm or rdma";
 static const char *const accepted_gidindex = "a GID table index, 0 to 65535";
 static const char *const accepted_ports = "none, or up to 16 ports and ranges such as 21,23,512-514";

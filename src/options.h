@@ -31,6 +31,7 @@ typedef bool r2s_opt_bool_t;
 typedef const char *r2s_opt_string_t;
 typedef uint64_t r2s_opt_ringsize_t;
 typedef unsigned r2s_opt_usec_t;
+typedef unsigned r2s_opt_seconds_t; /* 0: the kernel's value (see the option) */
 /* Which transport a connection to a peer shim offers. */
 typedef enum { R2S_TRANSPORT_AUTO = 0, R2S_TRANSPORT_SHM = 1, R2S_TRANSPORT_RDMA = 2 } r2s_opt_transport_t;
 typedef int r2s_opt_gidindex_t; /* -1: chosen from the connection's address */
@@ -66,6 +67,9 @@ typedef struct r2s_opt_ports_s {
   X(SPIN_MAX_US, spin_max_us, usec, 1000,                                                                  \
     "microseconds an RDMA connection's blocked read may poll when its recent waits were that short "       \
     "(0-100000)")                                                                                            \
+  X(LINGER, linger_s, seconds, 0,                                                                            \
+    "seconds a closed connection waits for its peer once our bytes stop moving, also after exit "           \
+    "(1-3600; 0: the kernel's tcp_fin_timeout)")                                                             \
   X(TRANSPORT, transport, transport, R2S_TRANSPORT_AUTO,                                                     \
     "auto (shared memory to a local peer, RDMA to a remote one), shm, or rdma (also to a local peer)")       \
   X(DEVICE, device, string, NULL, "the RDMA device to use (e.g. mlx5_0, rxe0) instead of the one that owns the address") \
@@ -90,6 +94,7 @@ bool r2s__parse_level(const char *s, int *out);
 bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out);
 bool r2s__parse_ringsize(const char *s, uint64_t *out);
 bool r2s__parse_usec(const char *s, unsigned *out);
+bool r2s__parse_seconds(const char *s, unsigned *out);
 bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out);
 bool r2s__parse_gidindex(const char *s, int *out);
 bool r2s__parse_ports(const char *s, r2s_opt_ports_t *out);

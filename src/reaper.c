@@ -4,10 +4,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,9 +18,15 @@
 #include "clock.h"
 #include "init.h"
 #include "libc.h"
+#include "lingerer.h"
+#include "log.h"
+#include "stats.h"
 #include "thread.h"
 
-#define LINGER_NS (2000000000LL)
+/* How long a socket whose bytes have all reached the peer still waits for
+ * the peer's last frames. A late frame's reset then costs no data, but it
+ * turns the peer's clean end into ECONNRESET. */
+#define DELIVERED_NS (2000000000LL)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -28,11 +37,12 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
  * test lost 330 streams' tails). */
 static struct reaped_s {
   int fd;
-  long long deadline;
+  int outq;           /* our bytes the peer has not acknowledged */
+  long long moved_at; /* when outq last changed */
 } *reaped;
 static int nreaped, cap;
 static bool started;
-
+static long long stalled_ns; /* r2s__lingerer_bound_ns(), read at the first adopt */
 
 /* Reads what is there; true once the socket is done (FIN, error). */
 static bool drain(int fd)
@@ -43,6 +53,17 @@ static bool drain(int fd)
     if (n > 0) continue;
     return n == 0 || (errno != EAGAIN && errno != EINTR);
   }
+}
+
+/* While our kernel still holds bytes for the peer, a reset would discard
+ * them: a socket is kept as long as its send queue moves (a peer that
+ * reads slowly), and given up when it stopped for the kernel's own orphan
+ * bound. Once all is delivered, only the peer's last frames are waited for. */
+static bool given_up(struct reaped_s *r, long long now)
+{
+  int q;
+  if (r2s__libc.ioctl(r->fd, SIOCOUTQ, &q) == 0 && q != r->outq) r->outq = q, r->moved_at = now;
+  return now - r->moved_at > (r->outq == 0 ? DELIVERED_NS : stalled_ns);
 }
 
 static void *reaper_main(void *arg)
@@ -66,9 +87,10 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nreaped;) {
       int fd = reaped[i].fd;
-      bool done = t > reaped[i].deadline;
+      bool done = false;
       for (int j = 0; j < n && !done; j++)
         if (p[j].fd == fd && p[j].revents) done = drain(fd);
+      done = done || given_up(&reaped[i], t);
       if (done) {
         r2s__libc.close(fd);
         reaped[i] = reaped[--nreaped];
@@ -87,6 +109,7 @@ int r2s__reaper_adopt(int fd)
   pthread_mutex_lock(&lock);
   int rc = 0;
   if (!started) {
+    stalled_ns = r2s__lingerer_bound_ns();
     rc = r2s__thread_start(reaper_main, NULL);
     started = rc == 0;
   }
@@ -100,7 +123,8 @@ int r2s__reaper_adopt(int fd)
   }
   if (rc == 0) {
     reaped[nreaped].fd = dup;
-    reaped[nreaped].deadline = r2s__now_ns() + LINGER_NS;
+    reaped[nreaped].outq = -1;
+    reaped[nreaped].moved_at = r2s__now_ns();
     nreaped++;
     pthread_cond_signal(&wake);
   }
@@ -125,15 +149,52 @@ void r2s__reaper_fork_child(void)
   started = false;
 }
 
-void r2s__reaper_wait(int ms)
+/* Finishes, from the calling thread, the sockets whose peer is done. */
+static void sweep_locked(void)
+{
+  for (int i = 0; i < nreaped;) {
+    struct pollfd p = {reaped[i].fd, POLLIN | POLLRDHUP, 0};
+    if (r2s__libc.poll(&p, 1, 0) == 1 && drain(p.fd)) {
+      r2s__libc.close(p.fd);
+      reaped[i] = reaped[--nreaped];
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Gives the sockets being finished up to ms milliseconds; returns how many
+ * are left, with the lock held. The exiting thread looks at them itself, so
+ * that whether one is left does not depend on when the reaper thread runs. */
+static int wait_locked(int ms)
 {
   long long end = r2s__now_ns() + (long long)ms * 1000000LL;
   pthread_mutex_lock(&lock);
-  while (nreaped > 0 && started && r2s__now_ns() < end) {
+  for (;;) {
+    sweep_locked();
+    if (nreaped == 0 || r2s__now_ns() >= end) break;
     pthread_mutex_unlock(&lock);
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
     pthread_mutex_lock(&lock);
   }
+  return nreaped;
+}
+
+void r2s__reaper_exit(int ms)
+{
+  int n = wait_locked(ms);
+  int *fds = n ? malloc((size_t)n * sizeof *fds) : NULL;
+  int rc = n && !fds ? -ENOMEM : 0;
+  for (int i = 0; fds && i < n; i++) fds[i] = reaped[i].fd;
+  /* Under the lock: the reaper thread cannot close one of them meanwhile.
+   * The lingerer holds its own copies; ours end with the process. */
+  if (fds) rc = r2s__lingerer_start(fds, n);
   pthread_mutex_unlock(&lock);
+  free(fds);
+  if (rc)
+    r2s__warn("exit: could not start the process that finishes %d connection(s) (%s); a late frame from "
+              "their peers may reset them", n, strerror(-rc));
+  else if (n)
+    r2s__stat_add(R2S_STAT_exit_lingered, (uint64_t)n);
 }

@@ -8,8 +8,11 @@
  *    our stream, or at least turn its clean end of stream into ECONNRESET.
  *  - r2s__reaper_adopt(fd) takes over a socket the application is closing:
  *    it keeps a duplicate of it (above fd 512, close-on-exec), sends our
- *    FIN, and reads and drops whatever arrives until the peer's FIN, an
- *    error, or 2 s pass; then it closes the duplicate. The application's
+ *    FIN, and reads and drops whatever arrives until the peer's FIN or an
+ *    error. Short of that it keeps the socket while our send queue
+ *    (SIOCOUTQ) still moves, since a reset would discard it; gives it up
+ *    once the queue stood still for the kernel's tcp_fin_timeout, or 2 s
+ *    after it emptied. Then it closes the duplicate. The application's
  *    close() returns at once.
  *  - One background thread, started on first use. In a fork() child the
  *    duplicates are closed (they are the parent's business).
@@ -22,8 +25,9 @@
 int r2s__reaper_adopt(int fd);
 void r2s__reaper_fork_child(void);
 
-/* At exit: gives the sockets being finished up to ms milliseconds, so the
+/* At exit: gives the sockets being finished up to ms milliseconds, then
+ * hands those whose peer is not done yet to a lingerer (lingerer.h), so the
  * process's end does not turn their orderly close into resets. */
-void r2s__reaper_wait(int ms);
+void r2s__reaper_exit(int ms);
 
 #endif

@@ -51,7 +51,8 @@
   X(waits_sleep, "times a blocked call slept in the kernel")                                                 \
   X(waits_slice_expired, "sleeps that ran their whole 100 ms slice (a missed doorbell costs one)")           \
   X(doorbells, "doorbell frames sent to wake a sleeping peer")                                               \
-  X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")
+  X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")              \
+  X(exit_lingered, "connections still being finished at exit, handed to a lingering process")
 
 typedef enum {
 #define R2S_STAT_ENUM(name, doc) R2S_STAT_##name,

@@ -2,15 +2,17 @@
 # 1000 connections at once on 127.0.0.1, both ends under the shim: the
 # stream checker (tests/progs) opens all 1000 client sockets before any byte
 # moves, then one event loop per end moves a checked stream each way on
-# every one, bounded by 25 s.
+# every one, bounded by 25 s (60 s in a sanitizer build, whose 1000-socket
+# event loops run several times slower; ctest's own bound is 120 s).
 #   usage: conns1000.sh default|peer-shim
 #   default:   256 KiB each way with the default policy. Many connections
 #              end before their switch completes (by design they then stay
 #              on TCP frames); what must hold is every byte, while the
-#              server closes 1000 connections together.
-#              Under auto this meets the open gap of README's Limitations
-#              (a late switch reaching a server that has exited): its shm
-#              variant is not registered yet.
+#              server closes 1000 connections together. Under auto the
+#              client reads the server's hello late and its shim answers
+#              with frames after the server has closed (and often after it
+#              has exited): both ends verify every byte of all 1000
+#              streams, so a reset that cost a stream its tail fails here.
 #   peer-shim: 128 KiB each way with R2SOCK_PEER_SHIM=1, so that every
 #              connection switches at establishment: 1000 rings at once.
 #              The shm variant asserts that all 2 x 1000 ends upgraded.
@@ -29,6 +31,8 @@ N=1000
 SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
 [[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
 ulimit -n 4096 || fail "cannot raise RLIMIT_NOFILE to 4096 (hard limit $(ulimit -Hn))"
+SC_TMO=25
+[[ -n ${R2S_SANITIZER_RT:-} ]] && SC_TMO=60
 meminfo_shmem() { awk '/^Shmem:/ {print $2}' /proc/meminfo; }
 
 # phase NAME BYTES: one server and one client, both verified; samples the
@@ -37,9 +41,9 @@ phase() {
   local name=$1 bytes=$2 port cpid pid r k s m rc=0 shm0 shm_peak
   port=$(free_port)
   start_server "sc-$name" "$port" "$SC" server --host 127.0.0.1 --port "$port" --mode nonblock-epoll-et \
-    --conns "$N" --timeout 25
-  timeout -k 5 30 "${SHIM[@]}" "$SC" client --host 127.0.0.1 --port "$port" --mode nonblock-epoll-et \
-    --conns "$N" --bytes "$bytes" --bidir --seed 31 --timeout 25 >"$TMP/client-$name.out" 2>&1 &
+    --conns "$N" --timeout "$SC_TMO"
+  timeout -k 5 $((SC_TMO + 5)) "${SHIM[@]}" "$SC" client --host 127.0.0.1 --port "$port" --mode nonblock-epoll-et \
+    --conns "$N" --bytes "$bytes" --bidir --seed 31 --timeout "$SC_TMO" >"$TMP/client-$name.out" 2>&1 &
   cpid=$!
   rings=0 mapped=0 shmem=0 rss=0
   shm0=$(meminfo_shmem) shm_peak=$shm0

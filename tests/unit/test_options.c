@@ -110,6 +110,20 @@ static void test_ports(void **state)
   assert_int_equal(p.n, 16);
 }
 
+static void test_seconds(void **state)
+{
+  (void)state;
+  unsigned v = 7;
+  assert_true(r2s__parse_seconds("0", &v));
+  assert_int_equal(v, 0);
+  assert_true(r2s__parse_seconds("3600", &v));
+  assert_int_equal(v, 3600);
+  assert_false(r2s__parse_seconds("3601", &v));
+  assert_false(r2s__parse_seconds("1K", &v));
+  assert_false(r2s__parse_seconds("soon", &v));
+  assert_int_equal(v, 3600);
+}
+
 static void test_load_from_environment(void **state)
 {
   (void)state;
@@ -135,7 +149,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bool),  cmocka_unit_test(test_size),
       cmocka_unit_test(test_level), cmocka_unit_test(test_upgrade),
-      cmocka_unit_test(test_ports), cmocka_unit_test(test_load_from_environment),
+      cmocka_unit_test(test_ports), cmocka_unit_test(test_seconds), cmocka_unit_test(test_load_from_environment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
