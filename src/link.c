@@ -456,6 +456,16 @@ static void send_interlude_locked(r2s_link_t *l, int fd)
 {
   static const unsigned char mark = R2S_SWITCH_BYTE;
   if (!l->interlude_owed || l->tx_state != R2S_TX_PLAIN) return;
+  /* Never after the application's own urgent byte: Linux keeps one urgent
+   * pointer, so our mark would replace it and, if the peer's application
+   * had not read that far yet, put its urgent byte into its stream as
+   * data. The peer then never learns that we passed its mark: its
+   * direction stays on TCP frames, and its own urgent data waits (README,
+   * Limitations). */
+  if (l->app_urgent_sent) {
+    l->interlude_owed = false;
+    return;
+  }
   r2s_handshake_t hs;
   memset(&hs, 0, sizeof hs);
   hs.version = hs.min_version = R2S_PROTO_VERSION;
@@ -1142,6 +1152,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   }
   send_interlude_locked(l, fd);
   if (st == R2S_TX_PLAIN && !l->interlude_sent && !l->interlude_owed) {
+    l->app_urgent_sent = true; /* before it leaves: no interlude may follow */
     pthread_mutex_unlock(&l->tx_lock);
     ssize_t n = r2s__libc.send(fd, buf, len, flags);
     return n < 0 ? -errno : n;
@@ -1165,6 +1176,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   ssize_t rc = FAILED(l) ? FAILED(l) : 0;
   if (!rc && l->tx_data_left) rc = -EAGAIN; /* a DATA frame is half sent */
   if (!rc && l->tx_state == R2S_TX_PLAIN) { /* after an interlude: nothing to end */
+    l->app_urgent_sent = true;
     pthread_mutex_unlock(&l->tx_lock);
     ssize_t n = r2s__libc.send(fd, buf, len, flags);
     return n < 0 ? -errno : n;
@@ -1192,6 +1204,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   set_tx(l, R2S_TX_PLAIN);
   settle_plain(l);
   R2S_STAT_INC(oob_fallbacks);
+  l->app_urgent_sent = true;
   pthread_mutex_unlock(&l->tx_lock);
   ssize_t n = r2s__libc.send(fd, buf, len, flags);
   return n < 0 ? -errno : n;

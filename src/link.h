@@ -60,6 +60,7 @@ struct r2s_link_s {
   bool app_oob;                        /* the application uses urgent data */
   bool app_oobinline;                  /* ... inline: the kernel's flag is ours until PLAIN */
   bool interlude_owed, interlude_sent; /* see send_interlude_locked() */
+  bool app_urgent_sent;                /* the application's own urgent byte went out (tx_lock) */
   bool rx_shut;                        /* the application shut down reading */
   bool closing;                        /* the last fd is being closed: no new switch */
   int pump_due;      /* atomic: TCP may hold frames for us (see pump_is_due) */
