@@ -56,7 +56,7 @@ typedef struct r2s_opt_ports_s {
   X(STATS, stats, bool, false, "print the counters on stderr when the process exits")                        \
   X(STATS_FILE, stats_file, string, NULL, "append the exit counters to this file instead (implies STATS)")   \
   X(STATSEG, statseg, bool, true, "publish live counters in /dev/shm/r2s-stat-PID for r2sock-stat")          \
-  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_NEVER, 0}),                                  \
+  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0}),                                    \
     "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")        \
   X(SKIP_PORTS, skip_ports, ports, R2S_SKIP_PORTS_DEFAULT,                                                  \
     "server ports whose connections never try to upgrade: a list such as 21,23,512-514, or none")           \

@@ -16,7 +16,7 @@ out=$(LD_PRELOAD="$preload" R2SOCK_VERBOSE=1 R2SOCK_UPGRADE=sometimes R2SOCK_TYP
 for name in LOG VERBOSE STATS STATS_FILE UPGRADE; do
   grep -q "option R2SOCK_$name " <<<"$out" || { echo "VERBOSE did not print $name: $out"; exit 1; }
 done
-grep -q "option R2SOCK_UPGRADE *= never *(default)" <<<"$out" || { echo "bad value did not keep the default: $out"; exit 1; }
+grep -q "option R2SOCK_UPGRADE *= auto *(default)" <<<"$out" || { echo "bad value did not keep the default: $out"; exit 1; }
 grep -q "R2SOCK_TYPO is not an option" <<<"$out" || { echo "unknown option not listed: $out"; exit 1; }
 out=$(LD_PRELOAD="$preload" R2SOCK_VERBOSE=1 R2SOCK_UPGRADE=64K /bin/true 2>&1)
 grep -q "option R2SOCK_UPGRADE *= after 65536 bytes (environment)" <<<"$out" || { echo "64K not parsed: $out"; exit 1; }
