@@ -113,6 +113,24 @@ static int urgent_peek(int fd)
   return n == 1 ? c : -errno;
 }
 
+/* Whether the reader is at an urgent mark (1, 0 or -errno) and, when it
+ * is, the urgent byte of that mark in *urg. Two calls cannot ask the
+ * kernel both at once, and a newer urgent byte replaces the older one
+ * between them: a server's switch mark sent behind its greeting replaces
+ * its hello at position 0 and moves the mark past the greeting. A value
+ * read after SIOCATMARK said 1 may so belong to a mark we are not at, and
+ * the greeting would be parsed as frames. So the value is read after a
+ * first SIOCATMARK and the position asked again after the value: a mark
+ * that arrives later lies farther on, never under the reader, so a second
+ * 1 means the value read before it is the one at the reader. */
+static int mark_here(int fd, int *urg)
+{
+  int m = at_mark(fd);
+  if (m != 1) return m;
+  *urg = urgent_peek(fd);
+  return at_mark(fd);
+}
+
 /* When the send side looks for the peer's hello (or handshake) next: at
  * every write at first, then at doubling intervals capped at 64 writes, so
  * a plain peer costs one extra system call per 64 writes at most, and bytes
@@ -725,9 +743,10 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
     n = -errno;
     if (n != -EAGAIN) return n;
   }
-  int mark = at_mark(fd);
+  int urg = -EINVAL;
+  int mark = mark_here(fd, &urg);
   if (mark < 0) return mark;
-  int urg = (mark || n <= 0 || l->rx_state == R2S_RX_PROBE) ? urgent_peek(fd) : -EINVAL;
+  if (urg == -EINVAL && (n <= 0 || l->rx_state == R2S_RX_PROBE)) urg = urgent_peek(fd);
   /* A reset connection keeps its unread bytes but loses its urgent byte
    * (ENOTCONN): whether they are frames can no longer be known, so none of
    * them may reach the application as data. */
@@ -940,7 +959,8 @@ static void read_control_locked(r2s_link_t *l, int fd)
   int st = l->rx_state;
   if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
     /* At the switch mark with nothing in front of it? */
-    if (at_mark(fd) == 1 && urgent_peek(fd) == R2S_SWITCH_BYTE) {
+    int urg = -EINVAL;
+    if (mark_here(fd, &urg) == 1 && urg == R2S_SWITCH_BYTE) {
       __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
       set_rx(l, R2S_RX_FRAMES);
       st = R2S_RX_FRAMES;
@@ -1443,8 +1463,8 @@ void r2s__link_close(r2s_link_t *l, int fd)
   for (int guard = 0; guard < 64 && !l->rx_eof && !FAILED(l); guard++) {
     int st = l->rx_state;
     if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
-      if (at_mark(fd) != 1) break;
-      int urg = urgent_peek(fd);
+      int urg = -EINVAL;
+      if (mark_here(fd, &urg) != 1) break;
       if (urg == R2S_SWITCH_BYTE) {
         set_rx(l, R2S_RX_FRAMES);
         continue;
