@@ -6,13 +6,21 @@
 # It only measures and records; the host side makes the table.
 #
 # Each round runs every case once, in the order of R2S_BENCH_CASES, so that
-# drift of a shared machine hits all of them alike:
-#   ib_bw        ib_write_bw -x 1 -F (RoCE v2 IPv4 GID), 64 KiB: Gbit/s
-#   ib_lat       ib_write_lat -x 1 -F: typical and p99 one-way latency, usec
-#   {tcp,rs,r2}_iperf3   iperf3 one stream, 128 KiB writes: receiver Gbit/s
-#   {tcp,rs,r2}_iperf2   iperf2 one stream: sender's (client's) Gbit/s, and
-#                        the receiver's as rx_gbps
-#   {tcp,r2}_sockperf    sockperf TCP 64 B ping-pong: median and p99, usec
+# drift of a shared machine hits all of them alike. A case is KIND or
+# KIND@BYTES, the message size (default: the one in parentheses):
+#   ib_bw        ib_write_bw -x 1 -F (RoCE v2 IPv4 GID) -s (64 KiB), -t: at
+#                most 8 MiB in flight: Gbit/s
+#   ib_lat       ib_write_lat -x 1 -F -s (2 B): typical and p99 one-way, usec
+#   {tcp,rs,r2}_iperf3   iperf3 one stream, -l (128 KiB): receiver Gbit/s and
+#                        bytes; tcp_ and r2_ also CPU (below)
+#   {tcp,rs,r2}_iperf2   iperf2 one stream, -l (128 KiB): sender's (client's)
+#                        Gbit/s, and the receiver's as rx_gbps
+#   {tcp,r2}_sockperf    sockperf TCP ping-pong -m (64 B): median and p99, usec
+# CPU of the tcp_ and r2_ iperf3 runs: cpu_srv_s and cpu_cli_s, user+sys
+# seconds of the server's and the client's process (GNU time), and
+# guest_cpu_SIDE, the busy (non-idle) seconds of this whole guest from
+# /proc/stat over the run: that includes the kernel's work for rxe and TCP,
+# which no process is charged with.
 # tcp_ = kernel TCP (no preload), rs_ = rsocket (librdmacm's librspreload.so
 # on both ends), r2_ = r2sock (libr2sock.so on both ends, R2SOCK_UPGRADE=auto;
 # in one guest also R2SOCK_TRANSPORT=rdma, since `auto` would pick shared
@@ -29,7 +37,8 @@
 #                                    rxe0's packet counters during the run
 # Settings (the host sets them with run-guest/run-pair -e):
 #   R2S_BENCH_ROUNDS (3), R2S_BENCH_DUR (seconds per timed run, 3),
-#   R2S_BENCH_LAT_ITERS (ib_write_lat -n, 5000), R2S_BENCH_CASES (all),
+#   R2S_BENCH_LAT_ITERS (ib_write_lat -n, 5000), R2S_BENCH_CASES (every
+#   kind once at its default size; scripts/bench-rdma passes its size sweep),
 #   R2S_BENCH_LIB (libr2sock.so), R2S_BENCH_RSOCKET (librspreload.so).
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
@@ -143,7 +152,7 @@ parse_ib_lat() {
   awk '/t_typical/ {h = 1; next} h && $1 ~ /^[0-9]+$/ {print "typ_us " $5; print "p99_us " $8; exit}' "$1"
 }
 parse_iperf3() {
-  jq -er '.end.sum_received.bits_per_second / 1e9 | "gbps \(.)"' "$1" 2>/dev/null
+  jq -er '.end.sum_received | "gbps \(.bits_per_second / 1e9)\nbytes \(.bytes)"' "$1" 2>/dev/null
 }
 # iperf2 -y C: the client's last CSV line ends with bits per second
 parse_iperf2() {
@@ -153,49 +162,75 @@ parse_sockperf() {
   sed -n 's/.*percentile 50\.000 = *\([0-9.]*\).*/p50_us \1/p; s/.*percentile 99\.000 = *\([0-9.]*\).*/p99_us \1/p' "$1"
 }
 
+# cpu_of FILE: user+sys seconds from GNU time's "-f '%U %S'" output (its last
+# line; a command killed by a signal gets a line before it)
+cpu_of() { tail -n 1 "$1" 2>/dev/null | awk 'NF == 2 && $1 ~ /^[0-9.]+$/ && $2 ~ /^[0-9.]+$/ {print $1 + $2}'; }
+# busy_ticks: this guest's non-idle CPU time so far (user nice system irq
+# softirq of /proc/stat's cpu line), in USER_HZ ticks
+busy_ticks() { local _ u n s i w q sq; read -r _ u n s i w q sq _ < /proc/stat; echo $((u + n + s + q + sq)); }
+
 # ---- one run of a case ---------------------------------------------------------
 # run_case ROUND CASE: sets up the commands of CASE, runs them, records.
 run_case() {
   local r=$1 c=$2 port pre='env -u LD_PRELOAD' st='' ready stop=- ctmo=$CLI_TMO srv cli parse
-  local id=r$r.$c
-  case $c in
+  local id=r$r.$c kind=${2%@*} size='' cpu='' busy0 busy v
+  [ "$kind" = "$c" ] || size=${c#*@}
+  case $kind in
     ib_*) port=$((18500 + r));;
     *_iperf3) port=$((5200 + r));;
     *_iperf2) port=$((5100 + r));;
     *_sockperf) port=$((11100 + r));;
   esac
   ready=tcp
-  case $c in
+  case $kind in
     rs_*) pre="env LD_PRELOAD=$RS"; ready=cm;;
     r2_*) st=$STATSDIR/$id.$SIDE
           pre="env LD_PRELOAD=$LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=$st"
           [ -z "$ROLE" ] && pre+=" R2SOCK_TRANSPORT=rdma";;
   esac
-  case $c in
+  case $kind in
     ib_bw)
-      srv="ib_write_bw -d rxe0 -x 1 -F --report_gbits -p $port -D $DUR"
+      # At most 8 MiB in flight (perftest's default depth of 128 at its
+      # default 64 KiB): at 1 MiB, 128 outstanding writes make rxe under
+      # TCG collapse to a twentieth of what a depth of 8 gives (measured:
+      # 0.07 against 1.1 Gbit/s), which would be no limit of anything.
+      srv="ib_write_bw -d rxe0 -x 1 -F --report_gbits -p $port -D $DUR -s ${size:-65536}"
+      srv+=" -t $(( ${size:-65536} >= 65536 ? 8388608 / ${size:-65536} : 128 ))"
       cli="$srv $SRV" parse=parse_ib_bw;;
     ib_lat)
-      srv="ib_write_lat -d rxe0 -x 1 -F -p $port -n $LAT_ITERS"
+      srv="ib_write_lat -d rxe0 -x 1 -F -p $port -n $LAT_ITERS ${size:+-s $size}"
       cli="$srv $SRV" parse=parse_ib_lat;;
     *_iperf3)
       # -1: the server ends after one test (its stats get written); a
       # stalled one (rsocket) is stopped once its client gave up
       srv="$pre iperf3 -s -1 -B $SRV -p $port"
-      cli="$pre iperf3 -c $SRV -p $port -t $DUR --json" parse=parse_iperf3
-      [ "$c" = rs_iperf3 ] && ctmo=$STALL_TMO stop=TERM;;
+      cli="$pre iperf3 -c $SRV -p $port -t $DUR -l ${size:-131072} --json" parse=parse_iperf3
+      if [ "$kind" = rs_iperf3 ]; then
+        ctmo=$STALL_TMO stop=TERM
+      else
+        # GNU time outside the preload: it times the program, not itself
+        cpu="/usr/bin/time -f %U\ %S -o $LOGDIR/$id.cpu"
+        srv="$cpu.srv $srv" cli="$cpu.cli $cli"
+      fi;;
     *_iperf2)
       # -P 1: the server ends after one client (its stats get written)
       srv="$pre iperf -s -P 1 -B $SRV -p $port -y C"
-      cli="$pre iperf -c $SRV -p $port -t $DUR -y C" parse=parse_iperf2;;
+      cli="$pre iperf -c $SRV -p $port -t $DUR -l ${size:-131072} -y C" parse=parse_iperf2;;
     *_sockperf)
       # the server runs until SIGINT, its normal way out (stats written)
       srv="$pre sockperf sr --tcp -i $SRV -p $port" stop=INT
-      cli="$pre sockperf pp --tcp -i $SRV -p $port -m 64 -t $DUR --mps 10000000" parse=parse_sockperf;;
+      cli="$pre sockperf pp --tcp -i $SRV -p $port -m ${size:-64} -t $DUR --mps 10000000" parse=parse_sockperf;;
     *) say "unknown case $c"; record "S $r $c error unknown-case"; return;;
   esac
   [ -n "$st" ] && { rm -f "$st"; rxe_snap "$id"; }
+  busy0=$(busy_ticks)
   run_one "$id" "$ready" "$port" "$stop" "$ctmo" "$srv" "$cli"
+  if [ -n "$cpu" ]; then
+    busy=$(( $(busy_ticks) - busy0 ))
+    record "V $r $c guest_cpu_$SIDE $((busy / 100)).$(printf %02d $((busy % 100)))"
+    is_server && v=$(cpu_of "$LOGDIR/$id.cpu.srv") && [ -n "$v" ] && record "V $r $c cpu_srv_s $v"
+    is_client && v=$(cpu_of "$LOGDIR/$id.cpu.cli") && [ -n "$v" ] && record "V $r $c cpu_cli_s $v"
+  fi
   local shown="" status m v
   if is_client; then
     if [ "$CRC" = 0 ]; then
@@ -204,7 +239,7 @@ run_case() {
         record "V $r $c $m $v"; shown+=" $m=$v"
       done < <("$parse" "$LOGDIR/$id.client.log")
       [ -n "$shown" ] || { status=error; shown=" unparsable output"; }
-    elif [ "$c" = rs_iperf3 ] && [ "$CRC" = 124 ]; then
+    elif [ "$kind" = rs_iperf3 ] && [ "$CRC" = 124 ]; then
       status=stalled shown=" no end within ${ctmo}s"
     else
       status=error shown=" client rc $CRC"
@@ -219,7 +254,7 @@ run_case() {
   fi
   # iperf2's receiver rate too: its interval ends at EOF, so it also counts
   # how long the sender's close() took to deliver the end of the stream
-  if is_server && [ "${c#*_}" = iperf2 ]; then
+  if is_server && [ "${kind#*_}" = iperf2 ]; then
     while read -r m v; do record "V $r $c rx_$m $v"; shown+=" rx_$m=$v"; done < <(parse_iperf2 "$LOGDIR/$id.server.log")
   fi
   if [ -n "$st" ]; then
