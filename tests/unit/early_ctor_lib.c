@@ -73,7 +73,9 @@ void early_transfer(const char *who)
   if (pthread_create(&writer, NULL, write_payload, NULL) != 0) die("pthread_create");
   int fd = accept(lfd, NULL, NULL);
   if (fd < 0) die("accept");
-  static unsigned char buf[PAYLOAD];
+  /* One byte of room past the payload: the last read asks for it, so that
+   * an extra byte would be seen (and land inside the buffer). */
+  static unsigned char buf[PAYLOAD + 1];
   size_t got = 0;
   for (;;) {
     ssize_t n = read(fd, buf + got, PAYLOAD - got + (got == PAYLOAD));
