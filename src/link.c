@@ -1258,14 +1258,11 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
   if ((events & POLLIN) && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) {
     *owned |= POLLIN;
     if (pthread_mutex_trylock(&l->rx_lock) == 0) {
-      if (l->rx_state == R2S_RX_FRAMES && l->rx_data_left == 0) {
-        pthread_mutex_unlock(&l->rx_lock);
-        pump_from_sender(l, fd); /* control frames up to the next DATA header */
-        pthread_mutex_lock(&l->rx_lock);
-      } else if (l->rx_state == R2S_RX_RING && TP(l)->avail(TPS(l)) == 0 && pump_is_due(l)) {
-        int rc = pump_control(l, fd);
-        if (rc < 0) fail(l, rc, "bad frame from the peer");
-      }
+      /* Control frames up to the next DATA header, or those behind RING
+       * when the ring is empty and a look is due. */
+      if ((l->rx_state == R2S_RX_FRAMES && l->rx_data_left == 0) ||
+          (l->rx_state == R2S_RX_RING && TP(l)->avail(TPS(l)) == 0 && pump_is_due(l)))
+        read_control_locked(l, fd);
       size_t one = 1;
       if (l->rx_state == R2S_RX_RING && ring_ends_here(l, &one))
         *owned &= (short)~POLLIN; /* after PLAIN: the kernel's answer stands again */
@@ -1477,8 +1474,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
     if (st == R2S_RX_RING) {
       /* A lie read only now is still a lie: it is reported, and the
        * connection is not given an orderly close. */
-      int rc = pump_control(l, fd);
-      if (rc < 0) fail(l, rc, "bad frame from the peer");
+      read_control_locked(l, fd);
       break;
     }
     if (st != R2S_RX_FRAMES || l->rx_data_left) break;
