@@ -1374,6 +1374,11 @@ int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)
   return rx > tx ? rx : tx;
 }
 
+bool r2s__link_peer_shares_cpu(r2s_link_t *l)
+{
+  return TPS(l) && TP(l)->peer_shares_cpu && TP(l)->peer_shares_cpu(TPS(l));
+}
+
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
 {
   if (!(events & POLLIN) || !rx_spin_adapts(l)) return;

@@ -155,6 +155,9 @@ short r2s__link_poll_ring(r2s_link_t *l, short events);
  * what a wait for them taught: it ended after waited_ns with the ring
  * ready (answered) or not. */
 int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe);
+/* Whether the peer last ran on the CPU this thread runs on (a hint, see
+ * transport.h peer_shares_cpu): a poll for it should yield at once. */
+bool r2s__link_peer_shares_cpu(r2s_link_t *l);
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a

@@ -164,14 +164,16 @@ static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
 {
   int64_t budget = 0;
   nfds_t links = 0;
+  bool yield_now = false;
   for (nfds_t i = 0; i < n; i++) links += cs[i] != NULL;
   for (nfds_t i = 0; i < n; i++) {
     if (!cs[i]) continue;
     int64_t b = r2s__link_spin_budget(cs[i]->link, orig[i], links <= PROBE_LINKS);
     if (b > budget) budget = b;
+    yield_now = yield_now || r2s__link_peer_shares_cpu(cs[i]->link);
   }
   poll_look_t look = {cs, orig, n};
-  return r2s__spin_until(poll_rings_ready, &look, budget);
+  return r2s__spin_until(poll_rings_ready, &look, budget, yield_now);
 }
 
 /* What a wait that began at `began` (0: none) taught the links of the set:
@@ -532,6 +534,7 @@ static int kernel_epoll(int epfd, struct epoll_event *ev, int max, int ms, const
 typedef struct ep_look_s {
   ep_reg_t *r;
   int64_t budget; /* the longest of the carried entries' budgets */
+  bool yield_now; /* a carried entry's peer last ran on this CPU */
   bool may_probe; /* a few carried entries only (spin.h) */
 } ep_look_t;
 
@@ -552,6 +555,7 @@ static bool ep_scan(ep_look_t *look, bool budget_only)
       if (budget_only) {
         int64_t b = r2s__link_spin_budget(c->link, want, look->may_probe);
         if (b > look->budget) look->budget = b;
+        look->yield_now = look->yield_now || r2s__link_peer_shares_cpu(c->link);
       } else {
         ready = r2s__link_poll_ring(c->link, want) != 0;
       }
@@ -579,9 +583,9 @@ static bool spin_entries(ep_reg_t *r)
     r2s__conn_put(c);
   }
   pthread_mutex_unlock(&r->lock);
-  ep_look_t look = {r, 0, links <= PROBE_LINKS};
+  ep_look_t look = {r, 0, false, links <= PROBE_LINKS};
   (void)ep_scan(&look, true);
-  return r2s__spin_until(ep_ready, &look, look.budget);
+  return r2s__spin_until(ep_ready, &look, look.budget, look.yield_now);
 }
 
 int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask)

@@ -22,6 +22,10 @@
  *    (sequentially consistent on both sides, so one of them always sees the
  *    other). put and get publish their index with a sequentially
  *    consistent read-modify-write, which is that barrier on their side.
+ *  - *_woke_on: the side that rings records where it ran (1 + CPU, 0 for
+ *    unknown), the other side reads it to tell whether its peer shares its
+ *    CPU. A scheduling hint only, refreshed by every wake-up: any value,
+ *    stale or hostile, is safe.
  *  - r2s_ring_t is the local, private view; only *ctl and *data are shared.
  */
 #ifndef R2S_RING_H
@@ -41,13 +45,15 @@ typedef struct r2s_ring_ctl_s {
   uint32_t producer_sleeping; /* waiting for credits: nonzero, the free bytes it waits for (shm) */
   uint32_t producer_closed;   /* no more bytes will come after tail */
   uint64_t producer_sleep_at; /* RDMA: the head the producer saw when it went to sleep */
-  uint8_t pad0[64 - 24];
+  uint32_t producer_woke_on;  /* shm: 1 + the CPU the producer was on when it woke the consumer */
+  uint8_t pad0[64 - 28];
   /* consumer-written line */
   uint64_t head;
   uint32_t consumer_sleeping; /* waiting for bytes */
   uint32_t consumer_closed;   /* the reader is gone: writes fail with EPIPE */
   uint64_t consumer_sleep_at; /* RDMA: the head at which the consumer went to sleep */
-  uint8_t pad1[64 - 24];
+  uint32_t consumer_woke_on;  /* shm: 1 + the CPU the consumer was on when it woke the producer */
+  uint8_t pad1[64 - 28];
 } r2s_ring_ctl_t;
 
 typedef struct r2s_ring_s {

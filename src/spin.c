@@ -45,10 +45,11 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
   __atomic_store_n(&s->budget_ns, next, __ATOMIC_RELAXED);
 }
 
-bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns)
+bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now)
 {
   if (budget_ns <= 0) return false;
-  int64_t start = r2s__now_ns(), now = start, yield_after = start + (int64_t)r2s__opt.spin_us * 1000;
+  int64_t start = r2s__now_ns(), now = start;
+  int64_t yield_after = yield_now ? start : start + (int64_t)r2s__opt.spin_us * 1000;
   for (unsigned spins = 1;; spins++) {
     if (ready(arg)) return true;
     /* The clock costs more than a look at the ring: read it now and then. */

@@ -30,6 +30,9 @@
  *    links learnt.
  *  - Past the first SPIN_US a poll yields the CPU between looks, so that on
  *    a small machine the peer (or Soft-RoCE's kernel threads) still runs.
+ *    A wait whose peer last ran on this very CPU yields from its first look:
+ *    polling there only delays the peer it waits for, and a yield hands it
+ *    the CPU without a doorbell or a sleep.
  *  - The budget is a hint shared by the link's threads: relaxed atomics,
  *    no lock; a lost update only costs one wait's precision.
  */
@@ -55,7 +58,8 @@ int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe);
 void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered);
 
 /* Polls ready(arg) until it returns true (then true) or budget_ns pass
- * (then false). */
-bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns);
+ * (then false). yield_now: yield the CPU between all looks, not only past
+ * SPIN_US (the peer last ran on this CPU: it cannot answer while we poll). */
+bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now);
 
 #endif

@@ -89,7 +89,7 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   /* Poll the ring first: a peer that answers soon costs less to wait for
    * than a doorbell and a sleep (spin.h). */
   spin_look_t look = {l, fd, events};
-  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true))) {
+  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true), r2s__link_peer_shares_cpu(l))) {
     r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
     *began = 0;
     return 0;

@@ -95,6 +95,9 @@ typedef struct r2s_transport_s {
   void (*sleep_tx)(r2s_tp_state_t *st, bool on);    /* waiting for space */
   bool (*take_peer_rx_sleeper)(r2s_tp_state_t *st); /* after put */
   bool (*take_peer_tx_sleeper)(r2s_tp_state_t *st); /* after get */
+  /* Optional (NULL: never): the peer last ran on the CPU the caller runs
+   * on, so polling for it cannot succeed until the caller yields. A hint. */
+  bool (*peer_shares_cpu)(r2s_tp_state_t *st);
 
   /* The peer's producer said it will write no more (after its last byte). */
   bool (*peer_tx_closed)(r2s_tp_state_t *st);

@@ -116,12 +116,15 @@ static void test_poll_ends_on_ready_or_budget(void **state)
   (void)state;
   countdown = 100;
   /* a budget far beyond the looks needed: readiness ends the poll */
-  assert_true(r2s__spin_until(ready_after_count, NULL, 30 * 1000000000ll));
-  assert_int_equal(countdown, 0);
-  int64_t t0 = r2s__now_ns();
-  assert_false(r2s__spin_until(never, NULL, 2000 * US));
-  assert_true(r2s__now_ns() - t0 >= 2000 * US);
-  assert_false(r2s__spin_until(never, NULL, 0));
+  for (int yield_now = 0; yield_now <= 1; yield_now++) {
+    countdown = 100;
+    assert_true(r2s__spin_until(ready_after_count, NULL, 30 * 1000000000ll, yield_now));
+    assert_int_equal(countdown, 0);
+    int64_t t0 = r2s__now_ns();
+    assert_false(r2s__spin_until(never, NULL, 2000 * US, yield_now));
+    assert_true(r2s__now_ns() - t0 >= 2000 * US);
+    assert_false(r2s__spin_until(never, NULL, 0, yield_now));
+  }
 }
 
 int main(void)
