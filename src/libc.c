@@ -52,6 +52,11 @@ int r2s__open_raw(const char *path, int flags, unsigned mode)
   return (int)fd;
 }
 
+int r2s__fstat_raw(int fd, struct stat *sb)
+{
+  return (int)syscall(SYS_fstat, fd, sb);
+}
+
 void *r2s__mmap_fd_raw(size_t len, int fd)
 {
   long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0L);

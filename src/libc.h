@@ -22,6 +22,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -95,5 +96,9 @@ int r2s__open_raw(const char *path, int flags, unsigned mode);
 /* mmap(2) of such a file, for the same reason (a sanitizer's mmap
  * interceptor also records the descriptor). */
 void *r2s__mmap_fd_raw(size_t len, int fd);
+/* fstat(2) of such a file, for the same reason (TSan's fstat interceptor
+ * records a read of the descriptor; unit.early_ctor saw the report when a
+ * thread's dup() reused a shared-memory segment's fd the shim had closed). */
+int r2s__fstat_raw(int fd, struct stat *sb);
 
 #endif

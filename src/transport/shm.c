@@ -149,7 +149,7 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
    * peer must not be able to point us at some other shared memory. */
   struct stat sb;
   int rc = 0;
-  if (fstat(fd, &sb) < 0)
+  if (r2s__fstat_raw(fd, &sb) < 0)
     rc = -errno;
   else if (sb.st_uid != geteuid())
     rc = -EPERM; /* counted as another user's peer */

@@ -2,7 +2,7 @@
 # 1000 connections at once on 127.0.0.1, both ends under the shim: the
 # stream checker (tests/progs) opens all 1000 client sockets before any byte
 # moves, then one event loop per end moves a checked stream each way on
-# every one, bounded by 25 s (60 s in a sanitizer build, whose 1000-socket
+# every one, bounded by 25 s (100 s in a sanitizer build, whose 1000-socket
 # event loops run several times slower; ctest's own bound is 120 s).
 #   usage: conns1000.sh default|peer-shim
 #   default:   256 KiB each way with the default policy. Many connections
@@ -32,7 +32,7 @@ SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
 [[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
 ulimit -n 4096 || fail "cannot raise RLIMIT_NOFILE to 4096 (hard limit $(ulimit -Hn))"
 SC_TMO=25
-[[ -n ${R2S_SANITIZER_RT:-} ]] && SC_TMO=60
+[[ -n ${R2S_SANITIZER_RT:-} ]] && SC_TMO=100
 meminfo_shmem() { awk '/^Shmem:/ {print $2}' /proc/meminfo; }
 
 # phase NAME BYTES: one server and one client, both verified; samples the
