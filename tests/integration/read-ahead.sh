@@ -22,7 +22,7 @@ r2s_python
 
 PEER=$(dirname "$0")/greeting_peer.py
 mode=${1:?usage: read-ahead.sh within|beyond}
-N=$((64 << 20))
+N=$((128 << 20))
 case $mode in
   within) G=$((16 << 10)) ;;
   beyond) G=$((256 << 10)) ;;
