@@ -31,8 +31,8 @@ _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at
  * look again; never escapes to the callers of r2s__link_*. */
 #define RETRY (-100000)
 
-static void pump_from_sender(r2s_link_t *l, int fd);
-static void read_control_locked(r2s_link_t *l, int fd);
+static void pump_from_sender(r2s_link_t *l, int fd, bool read_ahead);
+static void read_control_locked(r2s_link_t *l, int fd, bool read_ahead);
 static void check_peer_alive(r2s_link_t *l, int fd);
 
 /* The transport is chosen by the send side (switch_tx, under tx_lock) and
@@ -157,11 +157,14 @@ static void set_tx(r2s_link_t *l, int s)
 }
 
 /* Both directions settled on plain TCP: from now on the wrappers skip the
- * link entirely. */
+ * link entirely. Not while bytes read ahead wait for the application: the
+ * kernel does not have them (r2s__link_recv settles once they are read).
+ * None are added once the receive direction is plain. */
 static void settle_plain(r2s_link_t *l)
 {
   if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN &&
       __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_PLAIN && !l->interlude_owed &&
+      r2s__readahead_len(&l->rx_ahead) == 0 &&
       __atomic_exchange_n(&l->passthrough, 1, __ATOMIC_ACQ_REL) == 0)
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
 }
@@ -274,6 +277,7 @@ void r2s__link_free(r2s_link_t *l)
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
   if (TPS(l)) TP(l)->release(TPS(l));
   free(l->rx_ctrl);
+  r2s__readahead_free(&l->rx_ahead);
   pthread_mutex_destroy(&l->rx_lock);
   pthread_mutex_destroy(&l->tx_lock);
   free(l);
@@ -281,6 +285,8 @@ void r2s__link_free(r2s_link_t *l)
 
 int r2s__link_rx_path(const r2s_link_t *l)
 {
+  /* Bytes read ahead came over TCP, and the next read takes them. */
+  if (r2s__readahead_len(&l->rx_ahead)) return R2S_PATH_TCP;
   return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING ? TP(l)->path : R2S_PATH_TCP;
 }
 
@@ -906,6 +912,12 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = FAILED(l);
       break;
     }
+    if (r2s__readahead_len(&l->rx_ahead)) {
+      /* Bytes a sender read ahead come before all the socket or ring hold. */
+      n = (ssize_t)r2s__readahead_take(&l->rx_ahead, iov, cnt, flags & MSG_PEEK);
+      if (n && !r2s__readahead_len(&l->rx_ahead) && l->rx_state == R2S_RX_PLAIN) settle_plain(l);
+      if (n) break;
+    }
     switch (l->rx_state) {
     case R2S_RX_PROBE:
     case R2S_RX_PREMARK:
@@ -941,21 +953,66 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
  * reads control frames only: application bytes stay for the application. */
 void r2s__link_pump(r2s_link_t *l, int fd)
 {
-  pump_from_sender(l, fd);
+  pump_from_sender(l, fd, false);
 }
 
-static void pump_from_sender(r2s_link_t *l, int fd)
+/* read_ahead: the caller waits for a frame of the peer (see
+ * read_ahead_premark) and may take application bytes in front of it. */
+static void pump_from_sender(r2s_link_t *l, int fd, bool read_ahead)
 {
   if (pthread_mutex_trylock(&l->rx_lock) != 0) return;
-  read_control_locked(l, fd);
+  size_t had = r2s__readahead_len(&l->rx_ahead);
+  read_control_locked(l, fd, read_ahead);
+  size_t has = r2s__readahead_len(&l->rx_ahead);
   pthread_mutex_unlock(&l->rx_lock);
+  if (has > had) r2s__debug("read %zu application bytes ahead of the peer's frames (%zu held)", has - had, has);
+}
+
+/* A sender that waits for the peer's frames (its HANDSHAKE, READY, RING or
+ * DECLINE) would otherwise wait for the application to read the bytes the
+ * peer sent in front of them, which it may do only at the end (iperf2's
+ * client and the server's 28-byte reply) or never (an application that
+ * sends urgent data before it reads). So it takes those bytes into the
+ * read-ahead buffer, as far as it has room, with the same peek-then-mark
+ * procedure as a read: in front of the peer's switch mark, the application
+ * bytes up to it. In PROBE a peek decides first who the peer is, taking
+ * nothing: bytes of a plain peer are never read ahead, and so the
+ * direction never turns plain with bytes in the buffer (settle_plain).
+ * rx_lock held. */
+static void read_ahead_premark(r2s_link_t *l, int fd)
+{
+  for (int guard = 0; guard < 64; guard++) {
+    int st = l->rx_state;
+    if (st != R2S_RX_PROBE && st != R2S_RX_PREMARK) return;
+    size_t room;
+    uint8_t *p = r2s__readahead_room(&l->rx_ahead, &room);
+    if (!p) return; /* full: the sender goes on as if it had not looked */
+    struct iovec v = {p, room};
+    ssize_t n = rx_premark(l, fd, &v, 1, st == R2S_RX_PROBE ? MSG_PEEK : 0);
+    if (n == RETRY) continue;
+    if (n <= 0) {
+      if (n == -EPROTO) fail(l, (int)n, "bad frame from the peer");
+      return;
+    }
+    if (st == R2S_RX_PROBE) {
+      if (l->rx_state == R2S_RX_PROBE) return;
+      continue; /* it is a shim (PREMARK): now take the bytes */
+    }
+    r2s__readahead_commit(&l->rx_ahead, (size_t)n);
+  }
 }
 
 /* Reads the control frames in front of the application's next byte, as far
  * as they go: the switch mark, frames up to the next DATA header, and after
- * RING those that follow it. A protocol error fails the link. rx_lock held. */
-static void read_control_locked(r2s_link_t *l, int fd)
+ * RING those that follow it. With read_ahead, application bytes in front of
+ * the first control frame (plain bytes before the switch mark, DATA
+ * payloads) go into the read-ahead buffer while it has room; after a
+ * control frame it stops at the next DATA header again, so bytes are read
+ * ahead only to reach a frame, never to drain the stream. A protocol error
+ * fails the link. rx_lock held. */
+static void read_control_locked(r2s_link_t *l, int fd, bool read_ahead)
 {
+  if (read_ahead) read_ahead_premark(l, fd);
   int st = l->rx_state;
   if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
     /* At the switch mark with nothing in front of it? */
@@ -967,7 +1024,21 @@ static void read_control_locked(r2s_link_t *l, int fd)
     }
   }
   if (st == R2S_RX_FRAMES) {
-    while (l->rx_data_left == 0 && !FAILED(l)) {
+    bool ahead = read_ahead;
+    while (!FAILED(l)) {
+      if (l->rx_data_left) {
+        size_t room;
+        uint8_t *p = ahead ? r2s__readahead_room(&l->rx_ahead, &room) : NULL;
+        if (!p) break;
+        ssize_t n = k_recv(fd, p, room < l->rx_data_left ? room : l->rx_data_left, 0);
+        if (n <= 0) {
+          if (n == 0) l->rx_eof = true; /* the peer died inside a frame */
+          break; /* -EAGAIN, or the kernel's error, which the reader meets */
+        }
+        r2s__readahead_commit(&l->rx_ahead, (size_t)n);
+        l->rx_data_left -= (uint32_t)n;
+        continue;
+      }
       r2s_frame_hdr_t h;
       int t = read_frame(l, fd, &h);
       if (t <= 0) {
@@ -979,8 +1050,10 @@ static void read_control_locked(r2s_link_t *l, int fd)
       }
       if (t == R2S_FRAME_DATA) {
         l->rx_data_left = h.len;
-        break;
+        if (!ahead) break;
+        continue;
       }
+      ahead = false;
       int rc = handle_control(l, fd, &h);
       if (rc == RETRY) break;
       if (rc < 0) {
@@ -1084,7 +1157,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         l->tx_probe_at = next_probe(l->tx_writes);
         l->tx_frame_bytes = 0;
         pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
-        pump_from_sender(l, fd);
+        pump_from_sender(l, fd, true);
         pthread_mutex_lock(&l->tx_lock);
         continue;
       }
@@ -1141,14 +1214,18 @@ int r2s__link_atmark(r2s_link_t *l, int fd)
   /* Control frames in front of the application's next byte (a PLAIN frame
    * above all) are read first: the mark is judged where the application
    * really is. */
-  pump_from_sender(l, fd);
+  pump_from_sender(l, fd, false);
   pthread_mutex_lock(&l->rx_lock);
   if (l->rx_state == R2S_RX_RING && l->rx_plain_pending) {
     size_t want = 1;
     (void)ring_ends_here(l, &want);
   }
   int st = l->rx_state, v = 0;
+  size_t ahead = r2s__readahead_len(&l->rx_ahead);
   pthread_mutex_unlock(&l->rx_lock);
+  /* Bytes read ahead lie in front of any mark the kernel knows: the
+   * application reaches it only after reading them. */
+  if (ahead) return 0;
   if ((st == R2S_RX_PLAIN || st == R2S_RX_PROBE || st == R2S_RX_PREMARK) &&
       r2s__libc.ioctl(fd, SIOCATMARK, &v) < 0)
     return -errno;
@@ -1181,7 +1258,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
    * replace it (Linux keeps one): wait for its RING or DECLINE. */
   while (!l->peer_passed_mark && !FAILED(l)) {
     pthread_mutex_unlock(&l->tx_lock);
-    pump_from_sender(l, fd);
+    pump_from_sender(l, fd, true);
     pthread_mutex_lock(&l->tx_lock);
     if (l->peer_passed_mark || FAILED(l)) break;
     if (nonblock) {
@@ -1262,7 +1339,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
        * when the ring is empty and a look is due. */
       if ((l->rx_state == R2S_RX_FRAMES && l->rx_data_left == 0) ||
           (l->rx_state == R2S_RX_RING && TP(l)->avail(TPS(l)) == 0 && pump_is_due(l)))
-        read_control_locked(l, fd);
+        read_control_locked(l, fd, false);
       size_t one = 1;
       if (l->rx_state == R2S_RX_RING && ring_ends_here(l, &one))
         *owned &= (short)~POLLIN; /* after PLAIN: the kernel's answer stands again */
@@ -1282,6 +1359,11 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
        * empty the reader will consume any doorbell. */
       if (rx == R2S_RX_RING && TP(l)->avail(TPS(l)) != 0) rev |= POLLIN;
     }
+  }
+  if ((events & POLLIN) && r2s__readahead_len(&l->rx_ahead)) {
+    /* Read ahead: readable although the kernel may hold nothing. */
+    *owned |= POLLIN;
+    rev |= POLLIN;
   }
   if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
     *owned |= POLLOUT;
@@ -1329,7 +1411,7 @@ static void check_peer_alive(r2s_link_t *l, int fd)
    * calling the socket readable and every later sleep returns at once. */
   if (pthread_mutex_trylock(&l->rx_lock) == 0) {
     int st = l->rx_state;
-    if (ended || ((st == R2S_RX_RING || st == R2S_RX_FRAMES) && pump_is_due(l))) read_control_locked(l, fd);
+    if (ended || ((st == R2S_RX_RING || st == R2S_RX_FRAMES) && pump_is_due(l))) read_control_locked(l, fd, false);
     pthread_mutex_unlock(&l->rx_lock);
   } else if (ended) {
     return;
@@ -1347,6 +1429,7 @@ static void check_peer_alive(r2s_link_t *l, int fd)
 short r2s__link_poll_ring(r2s_link_t *l, short events)
 {
   short rev = 0;
+  if ((events & POLLIN) && r2s__readahead_len(&l->rx_ahead)) rev |= POLLIN;
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
       (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))))
     rev |= POLLIN;
@@ -1422,6 +1505,7 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd)
   } else {
     n = q;
   }
+  if (n >= 0) n += (ssize_t)r2s__readahead_len(&l->rx_ahead);
   pthread_mutex_unlock(&l->rx_lock);
   return n;
 }
@@ -1479,7 +1563,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
     if (st == R2S_RX_RING) {
       /* A lie read only now is still a lie: it is reported, and the
        * connection is not given an orderly close. */
-      read_control_locked(l, fd);
+      read_control_locked(l, fd, false);
       break;
     }
     if (st != R2S_RX_FRAMES || l->rx_data_left) break;
@@ -1514,6 +1598,13 @@ void r2s__link_close(r2s_link_t *l, int fd)
    * unread bytes may be the application's. */
   int unread = 0;
   bool ring_only = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING && !l->rx_plain_pending;
-  if (!FAILED(l) && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0)))
+  if (r2s__readahead_len(&l->rx_ahead)) {
+    /* Application bytes read ahead and never read: TCP would answer the
+     * close with a reset, as it does for bytes left in the socket. The
+     * kernel no longer has them, so it is asked to. */
+    struct linger abort_now = {1, 0};
+    (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
+  } else if (!FAILED(l) && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
     (void)r2s__reaper_adopt(fd);
+  }
 }

@@ -13,6 +13,10 @@
  *    FRAMES (frames over TCP, application bytes in DATA frames), RING
  *    (application bytes in our receive ring; TCP carries control frames).
  *    Send: PROBE, PLAIN, FRAMES, RING, mirror images.
+ *  - A sender that waits for the peer's control frames (its HANDSHAKE,
+ *    READY, RING or DECLINE) reads the application bytes in front of them
+ *    into the link's read-ahead buffer (readahead.h, bounded): every read,
+ *    peek, FIONREAD, SIOCATMARK and poll answer counts those bytes first.
  *  - rx_lock serialises receivers, tx_lock senders. Lock order: rx, then tx.
  *    A path that holds tx_lock only ever *tries* rx_lock.
  *  - The r2s__link_* I/O functions never block and never touch errno: they
@@ -32,6 +36,7 @@
 #include <sys/uio.h>
 
 #include "frame.h"
+#include "readahead.h"
 #include "spin.h"
 #include "transport.h"
 
@@ -73,6 +78,9 @@ struct r2s_link_s {
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
   bool peer_ready; /* READY received: the peer's end takes our writes */
+  /* Application bytes read off the socket by a sender that waited for the
+   * peer's control frames behind them; every read takes these first. */
+  r2s_readahead_t rx_ahead;
 
   /* send side (tx_lock) */
   uint64_t tx_writes, tx_probe_at;         /* when to look for the peer's hello/handshake next */

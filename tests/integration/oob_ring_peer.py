@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Urgent data sent after both directions moved into rings (oob-after-ring.sh).
 
-server --port P --seed S --a-bytes NA --b-bytes NB --y-bytes NY
-    Accepts one connection and reads A; then a second thread sends NY
+server --port P --seed S --a-bytes NA --b-bytes NB --y-bytes NY [--answer-at-once NE]
+    Accepts one connection, sends the first NE bytes of its answer at once
+    (default 0) and reads A; then a second thread sends the rest of its NY
     pseudo-random bytes (seed S+2) and half-closes; the main thread reads
     the rest in-band until EOF and checks that it is exactly A+B (seeds S and S+1),
     the urgent byte left out as TCP does with SO_OOBINLINE off. Prints:
@@ -19,26 +20,15 @@ frame there would reach the server's application as 8 bytes of data.
 Exit status: 0 OK, 1 failure (message on stderr).
 """
 import argparse
-import random
 import socket
 import sys
 import threading
 import time
 
+from peer_streams import first_difference, stream
+
 URGENT = b"!"
 DEADLINE = 60.0
-
-
-def stream(seed, n):
-    return random.Random(seed).randbytes(n)
-
-
-def first_difference(got, want):
-    n = min(len(got), len(want))
-    for i in range(n):
-        if got[i] != want[i]:
-            return i
-    return n
 
 
 def server(args):
@@ -49,18 +39,25 @@ def server(args):
     ls.close()
     s.settimeout(DEADLINE)
     send_error = []
+    answer = stream(args.seed + 2, args.y_bytes)
+    early = min(args.answer_at_once, args.y_bytes)
 
     def sender():
         try:
-            s.sendall(stream(args.seed + 2, args.y_bytes))
+            s.sendall(answer[early:])
             s.shutdown(socket.SHUT_WR)
         except OSError as e:
             send_error.append(e)
 
-    # The answer starts once A is in, when both ends have switched: sent
-    # from the start, it would go as DATA frames, and the client's shim,
-    # whose urgent byte waits for our RING frame behind them, would wait for
-    # an application that reads only after sending it (README, Limitations).
+    # Bytes answered at once lie in front of our RING frame (sent once our
+    # shim has read the client's handshake, among the bytes of A): the
+    # client's shim, whose urgent byte waits for that frame, must read past
+    # them although its application reads only after sending that byte
+    # (docs/protocol.md, "Application bytes in front of control frames").
+    # The rest of the answer starts once A is in, when both ends have
+    # switched.
+    if early:
+        s.sendall(answer[:early])
     data = bytearray()
     while len(data) < args.a_bytes:
         chunk = s.recv(args.a_bytes - len(data))
@@ -132,6 +129,7 @@ def main():
     p.add_argument("--a-bytes", type=int, required=True)
     p.add_argument("--b-bytes", type=int, required=True)
     p.add_argument("--y-bytes", type=int, required=True)
+    p.add_argument("--answer-at-once", type=int, default=0)
     args = p.parse_args()
     return server(args) if args.role == "server" else client(args)
 

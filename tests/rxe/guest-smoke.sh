@@ -7,7 +7,8 @@
 #   3. under LD_PRELOAD=$R2SOCK_LIB with R2SOCK_TRANSPORT=rdma (both ends are
 #      in this one guest, where `auto` would pick shared memory): the stream
 #      checker (3 I/O styles x plain/bidir/half-close, bytes verified),
-#      iperf3 (default, -R, --bidir, -P 4, -Z), sockperf ping-pong,
+#      iperf3 (default, -R, --bidir, -P 4, -Z), iperf2 with its server's
+#      reply in front of its handshake, sockperf ping-pong,
 #      redis-benchmark; each asserts from the stats that every process
 #      upgraded its connections to RDMA (conn_rdma) and moved its payload
 #      there, and from rxe0's counters that the packets crossed the device
@@ -89,6 +90,15 @@ for v in "default:" "reverse:-R" "bidir:--bidir" "parallel:-P 4" "zerocopy:-Z"; 
     "iperf3 -c $IP -p 5201 -t $DUR -f m ${v#*:}"
   say "iperf3 ${v#*:} over RDMA: $(iperf3_rate "$LOGDIR/iperf3-${v%%:*}.client.log") Mbit/s"
 done
+
+# iperf2's server answers the client's first bytes at once with 28 bytes,
+# which its client reads only at its end. With the server's shim switching
+# only after 64 bytes (and the client's after its first write) they always
+# lie in front of the server's handshake and READY, and the client's shim
+# must read them ahead to leave TCP (docs/protocol.md, "Application bytes in
+# front of control frames"). The server runs until SIGINT.
+rdma_case iperf2-late-server 5001 1 90 1000 "env R2SOCK_UPGRADE=64 iperf -s -B $IP -p 5001" \
+  "env R2SOCK_UPGRADE=1 iperf -c $IP -p 5001 -t $DUR; pkill -INT -x iperf"
 
 # sockperf's server runs until SIGINT (then it exits normally: stats written)
 # (as few as 18 round trips in 3 s on a loaded machine: the packet

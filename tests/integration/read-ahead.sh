@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A server that greets first, and whose shim switches only after its greeting
+# (R2SOCK_UPGRADE=G on the server, under R2SOCK_UPGRADE=auto): the greeting
+# lies in front of its switch mark and handshake. The client sends N bytes
+# before it reads anything (tests/integration/greeting_peer.py). Its shim,
+# which waits for that handshake, reads the greeting ahead into the link's
+# bounded buffer (docs/protocol.md, "Application bytes in front of control
+# frames"); the application then finds it through select, FIONREAD,
+# MSG_PEEK, MSG_DONTWAIT and MSG_WAITALL reads, byte for byte. Two runs.
+#   usage: read-ahead.sh within|beyond
+#   within: a 16 KiB greeting; under auto the client's N bytes must go
+#           through shared memory (>= 90%). Before the buffer existed they
+#           all went as TCP frames.
+#   beyond: a 256 KiB greeting, more than the buffer holds: the client's
+#           shim cannot reach the handshake and goes on with TCP frames;
+#           only the bytes, in order, are asserted.
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/integration/mixed-lib.sh
+source "$(dirname "$0")/mixed-lib.sh"
+r2s_python
+
+PEER=$(dirname "$0")/greeting_peer.py
+mode=${1:?usage: read-ahead.sh within|beyond}
+N=$((128 << 20))
+case $mode in
+  within) G=$((16 << 10)) ;;
+  beyond) G=$((256 << 10)) ;;
+  *) fail "unknown mode '$mode'" ;;
+esac
+server_env=()
+[[ ${R2SOCK_UPGRADE:-} == auto ]] && server_env=(R2SOCK_UPGRADE=$G)
+SHIM=()
+shm_snapshot
+for i in 1 2; do
+  port=$(free_port)
+  shim_at "$TMP/server-$i.stats"
+  start_server "server-$i" "$port" "${SHIM_AT[@]}" "${server_env[@]}" "$PY" "$PEER" server --port "$port" \
+    --seed "$i" --greeting "$G" --bytes "$N"
+  shim_at "$TMP/client-$i.stats"
+  run_to "$TMP/client-$i.out" 60 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --seed "$i" \
+    --greeting "$G" --bytes "$N"
+  wait_server "server-$i" 30
+  got=$(grep '^greeting_peer server:' "$TMP/server-$i.log" || true)
+  [[ $got == "greeting_peer server: received=$N" ]] || fail "run $i: the server printed '$got', expected received=$N"
+  grep -q "^greeting_peer client: sent=$N greeting=$G\$" "$TMP/client-$i.out" ||
+    fail "run $i: the client did not report sent=$N greeting=$G: $(tail -n 3 "$TMP/client-$i.out")"
+  if [[ $mode == within && -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == auto ]]; then
+    shm_tx=$(STATS=$TMP/client-$i.stats stats_sum bytes_shm_tx)
+    ((shm_tx * 10 >= N * 9)) ||
+      fail "run $i: expected >= 90% of the client's $N bytes through shared memory, saw bytes_shm_tx=$shm_tx"
+    log "run $i: client bytes_shm_tx=$shm_tx of $N"
+  fi
+  cat "$TMP/server-$i.stats" "$TMP/client-$i.stats" >>"$STATS"
+  log "run $i: $N bytes one way, the $G-byte greeting the other, both byte-exact"
+done
+check_stats conns=4 bytes=$((2 * (N + G))) procs=4
+shm_check_leaks
+log PASS
