@@ -130,7 +130,6 @@ ALWAYS_INLINE _Noreturn void linger(struct lsock *s, struct pollfd *p, int n, lo
 {
   (void)syscall(SYS_setsid);
   (void)syscall(SYS_chdir, "/");
-  (void)syscall(SYS_prctl, PR_SET_NAME, "r2s-linger", 0, 0, 0);
   own_signals();
   keep_only(s, n);
   long long start = mono_ns();
@@ -175,6 +174,14 @@ __attribute__((no_sanitize_thread)) int r2s__lingerer_start(const int *fds, int 
    * have their own dispositions. */
   uint64_t all = ~0ULL, old;
   (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all);
+  /* The name is inherited at clone: the lingerer is born "r2s-linger", so
+   * whoever looks once the application has exited finds it by that name
+   * (set only inside it, it could still bear the application's name then:
+   * integration.shm.exit-linger-fill saw that race). The application's
+   * own name is back before this returns. */
+  char name[17] = {0};
+  (void)syscall(SYS_prctl, PR_GET_NAME, name, 0, 0, 0);
+  (void)syscall(SYS_prctl, PR_SET_NAME, "r2s-linger", 0, 0, 0);
   /* Exit signal 0: the application gets no SIGCHLD, and wait() without
    * __WCLONE does not see this child. */
   long mid = syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
@@ -196,6 +203,7 @@ __attribute__((no_sanitize_thread)) int r2s__lingerer_start(const int *fds, int 
     else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       rc = -ECHILD;
   }
+  (void)syscall(SYS_prctl, PR_SET_NAME, name, 0, 0, 0);
   (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
 out_free:
   free(p);
