@@ -16,11 +16,11 @@
 
 #include "ring.h"
 
-#define RQ_DEPTH    64
-#define SCRATCH     4096
-#define CLINE_OFF   64 /* the consumer line in a ring's control page (ring.h) */
-#define CLINE_LEN   64
-#define WAIT_NS     10000000000ll
+#define RQ_DEPTH  64
+#define SCRATCH   4096
+#define CLINE_OFF 64 /* the consumer line in a ring's control page (ring.h) */
+#define CLINE_LEN 64
+#define WAIT_NS   10000000000ll
 
 struct liar_rdma_s {
   struct ibv_context *ctx;
@@ -72,7 +72,8 @@ static bool find_port(liar_rdma_t *lr, int fd)
       if (ibv_query_port(ctx, p, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
       for (int g = 0; g < pa.gid_tbl_len; g++) {
         struct ibv_gid_entry e;
-        if (ibv_query_gid_ex(ctx, p, (uint32_t)g, &e, 0) != 0 || memcmp(e.gid.raw, want.raw, 16) != 0) continue;
+        if (ibv_query_gid_ex(ctx, p, (uint32_t)g, &e, 0) != 0 || memcmp(e.gid.raw, want.raw, 16) != 0)
+          continue;
         int rank = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 2 : 1;
         if (rank <= best_rank) continue;
         if (lr->ctx && lr->ctx != ctx) ibv_close_device(lr->ctx);
@@ -109,7 +110,8 @@ liar_rdma_t *lr_open(int fd, uint64_t ring_size, uint8_t **in_mem, uint8_t **out
       !(lr->rcq = ibv_create_cq(lr->ctx, RQ_DEPTH, NULL, NULL, 0)))
     goto err;
   if (posix_memalign((void **)&lr->in_mem, 4096, r2s__ring_bytes(ring_size)) ||
-      posix_memalign((void **)&lr->out_ctl, 4096, 4096) || posix_memalign((void **)&lr->scratch, 4096, SCRATCH))
+      posix_memalign((void **)&lr->out_ctl, 4096, 4096) ||
+      posix_memalign((void **)&lr->scratch, 4096, SCRATCH))
     goto err;
   memset(lr->in_mem, 0, R2S_RING_CTL_SIZE);
   memset(lr->out_ctl, 0, 4096);
@@ -121,13 +123,17 @@ liar_rdma_t *lr_open(int fd, uint64_t ring_size, uint8_t **in_mem, uint8_t **out
   struct ibv_qp_init_attr qa = {
       .send_cq = lr->scq,
       .recv_cq = lr->rcq,
-      .cap = {.max_send_wr = 16, .max_recv_wr = RQ_DEPTH, .max_send_sge = 1, .max_recv_sge = 1,
+      .cap = {.max_send_wr = 16,
+              .max_recv_wr = RQ_DEPTH,
+              .max_send_sge = 1,
+              .max_recv_sge = 1,
               .max_inline_data = 64},
       .qp_type = IBV_QPT_RC,
   };
   if (!(lr->qp = ibv_create_qp(lr->pd, &qa))) goto err;
   lr->max_inline = qa.cap.max_inline_data;
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = lr->port, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT, .port_num = lr->port, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
   if (ibv_modify_qp(lr->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ||
       post_recvs(lr, RQ_DEPTH) < 0)
     goto err;
@@ -178,15 +184,23 @@ int lr_connect(liar_rdma_t *lr, const r2s_offer_rdma_t *o)
                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     return -1;
-  /* Few retries: a lie ends in an error completion, which must come soon. */
-  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .sq_psn = lr->psn, .timeout = 14, .retry_cnt = 3,
-                          .rnr_retry = 7, .max_rd_atomic = 1};
+  /* The shim's own retries: a refused access is answered at once (a NAK),
+   * and a loaded guest can delay an honest acknowledgement a lot. */
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS,
+                          .sq_psn = lr->psn,
+                          .timeout = 14,
+                          .retry_cnt = 7,
+                          .rnr_retry = 7,
+                          .max_rd_atomic = 1};
   if (ibv_modify_qp(lr->qp, &r,
                     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                         IBV_QP_MAX_QP_RD_ATOMIC))
     return -1;
-  lr->peer = (lr_peer_t){.ring = o->ring_addr, .credit = o->credit_addr, .ring_size = o->ring_size,
-                         .ring_rkey = o->ring_rkey, .credit_rkey = o->credit_rkey};
+  lr->peer = (lr_peer_t){.ring = o->ring_addr,
+                         .credit = o->credit_addr,
+                         .ring_size = o->ring_size,
+                         .ring_rkey = o->ring_rkey,
+                         .credit_rkey = o->credit_rkey};
   return 0;
 }
 
@@ -231,8 +245,8 @@ static int post_wait(liar_rdma_t *lr, struct ibv_send_wr *wr, int n)
   return status;
 }
 
-static void set_write(liar_rdma_t *lr, struct ibv_send_wr *wr, struct ibv_sge *sge, const void *local, uint32_t len,
-                      uint64_t raddr, uint32_t rkey)
+static void set_write(liar_rdma_t *lr, struct ibv_send_wr *wr, struct ibv_sge *sge, const void *local,
+                      uint32_t len, uint64_t raddr, uint32_t rkey)
 {
   memset(wr, 0, sizeof *wr);
   if (len <= lr->max_inline) {
@@ -272,8 +286,8 @@ int lr_put(liar_rdma_t *lr, uint64_t from, uint64_t to)
     uint64_t off = pos & (size - 1), len = to - pos;
     if (len > size - off) len = size - off;
     memset(&wr[k], 0, sizeof wr[k]);
-    sge[k] = (struct ibv_sge){.addr = (uintptr_t)(lr->out_data + off), .length = (uint32_t)len,
-                              .lkey = lr->out_mr->lkey};
+    sge[k] = (struct ibv_sge){
+        .addr = (uintptr_t)(lr->out_data + off), .length = (uint32_t)len, .lkey = lr->out_mr->lkey};
     wr[k].opcode = IBV_WR_RDMA_WRITE;
     wr[k].sg_list = &sge[k];
     wr[k].num_sge = 1;
@@ -282,7 +296,8 @@ int lr_put(liar_rdma_t *lr, uint64_t from, uint64_t to)
     pos += len;
   }
   uint64_t tail = to;
-  set_write(lr, &wr[k], &sge[k], &tail, 8, lr->peer.ring + offsetof(r2s_ring_ctl_t, tail), lr->peer.ring_rkey);
+  set_write(lr, &wr[k], &sge[k], &tail, 8, lr->peer.ring + offsetof(r2s_ring_ctl_t, tail),
+            lr->peer.ring_rkey);
   return post_wait(lr, wr, k + 1);
 }
 

@@ -84,7 +84,7 @@ typedef struct liar_s {
   liar_rdma_t *rd;
   uint8_t *out_ctl;
   bool got_ready;
-  int rd_status;                          /* first failed completion of the stream */
+  int rd_status;                         /* first failed completion of the stream */
   void (*bend)(r2s_offer_rdma_t *offer); /* a lie in our offer */
 } liar_t;
 
@@ -406,8 +406,10 @@ static bool step(liar_t *l, bool *proto_ok)
         feed(l, l->s->rxbuf, (size_t)k);
         moved = true;
         /* The credit into the server's credit line, and a doorbell as
-         * above; not after the last byte: the server may be gone then. */
-        if (l->rd && !sc_rx_done(l->s)) {
+         * above; not once we hold the server's last byte: it may be gone
+         * then, with its queue pair, and rxe then leaves our write without
+         * a completion for over 10 s (seen). */
+        if (l->rd && sc_rx_want(l->s) > 0 && !__atomic_load_n(&l->in.ctl->producer_closed, __ATOMIC_ACQUIRE)) {
           uint64_t head = l->in.head;
           const lr_peer_t *pr = lr_peer(l->rd);
           int st = lr_write(l->rd, &head, 8, pr->credit, pr->credit_rkey, -1);
@@ -416,7 +418,8 @@ static bool step(liar_t *l, bool *proto_ok)
         }
         /* after our PLAIN, our direction carries no frames: a sleeping
          * producer finds the room when its sleep times out */
-        if (!l->rd && !l->tx_plain && take_word(&l->in.ctl->producer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+        if (!l->rd && !l->tx_plain && take_word(&l->in.ctl->producer_sleeping))
+          send_hdr(l, R2S_FRAME_DOORBELL, 0);
       }
     }
   }
@@ -601,7 +604,7 @@ static const lie_t lies[] = {
     {"rdma-head-past", EXPECT_CLOSED, "RDMA-write a credit (head) past what the server sent"},
     {"rdma-head-back", EXPECT_CLOSED, "RDMA-write a credit (head) that moves backwards"},
     {"rdma-write-past-ring", EXPECT_CLOSED, "RDMA-write just past the server's ring: remote access error"},
-    {"rdma-write-past-credit", EXPECT_CLOSED, "RDMA-write just past the server's credit line: remote access error"},
+    {"rdma-write-past-credit", EXPECT_CLOSED, "RDMA-write just past the server's credit line: access error"},
     {"rdma-read", EXPECT_CLOSED, "RDMA READ of the server's ring: refused"},
     {"rdma-send", EXPECT_CLOSED, "a SEND with a payload into receives that have no buffer"},
     {"rdma-imm-garbage", EXPECT_VERIFIED, "200 writes with random immediates mid-stream"},
@@ -902,10 +905,10 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
       }
     }
     if (!run_until(l, stream_done, 60)) *ok = false;
-    if (l->rd_status) {
+    /* A write that failed before the end shows as a stream that does not
+     * complete; one around the end may meet a server already gone. */
+    if (l->rd_status)
       fprintf(stderr, "lying_peer: an RDMA write of the stream failed: %s\n", lr_status_str(l->rd_status));
-      *ok = false;
-    }
     return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
   }
   if (IS("rdma-stall-credits")) {
@@ -1235,7 +1238,8 @@ int main(int argc, char **argv)
   if (strncmp(lie->name, "rdma-", 5) == 0) {
     struct pollfd pf = {l.fd, POLLOUT, 0};
     (void)poll(&pf, 1, 10000); /* the local address must be known */
-    if (!(l.rd = lr_open(l.fd, IN_RING_SIZE, (uint8_t **)&l.in_mem, &l.out_ctl))) sc_die(SC_EXIT_FAIL, "lying_peer: no RDMA");
+    if (!(l.rd = lr_open(l.fd, IN_RING_SIZE, (uint8_t **)&l.in_mem, &l.out_ctl)))
+      sc_die(SC_EXIT_FAIL, "lying_peer: no RDMA");
   }
   /* The credit lies run one way at a time, so that the server's writer,
    * not its reader, is the one that meets the lie. */

@@ -4,7 +4,7 @@
 # For every rdma-* case of `lying_peer --list` (tests/hostile/lying_peer.c,
 # liar_rdma.c), one run: a stream_check server under the shim with
 # R2SOCK_TRANSPORT=rdma (block mode, two connections at once) serves an
-# honest shim'd client (2 MiB each way over RDMA) and the liar, which speaks
+# honest shim'd client (4 MiB each way over RDMA) and the liar, which speaks
 # the protocol, connects its own queue pair to the server's, then lies
 # through RDMA (ring and credit words, writes and reads outside the
 # registered regions, immediates, SENDs, its offer). Each run asserts:
@@ -59,7 +59,7 @@ liar_case() { # NAME EXPECT PORT
   spid=$!
   wait_listen "$port" 20 "$spid" || { fail "liar $c: no server"; kill -9 "$spid" 2>/dev/null; return; }
   env "${V_ENV[@]}" R2SOCK_STATS_FILE="$d/honest.stats" "$SC" client --host "$IP" --port "$port" --mode block \
-    --bytes 2M --bidir --seed "$port" --timeout 60 > "$d/honest.log" 2>&1 &
+    --bytes 4M --bidir --seed "$port" --timeout 60 > "$d/honest.log" 2>&1 &
   hpid=$!
   local largs=(--host "$IP" --port "$port" --case "$c" --bytes 512K --timeout 60)
   [ "$c" = rdma-stall-credits ] && largs+=(--go-file "$d/go" --watch-pid "$spid")
@@ -76,11 +76,14 @@ liar_case() { # NAME EXPECT PORT
   grep -Eq "$SAN_RE" "$d"/*.log && note "a sanitizer report"
   [ "$lrc" = 0 ] || note "the liar exited $lrc (expected outcome $want)"
   [ "$hrc" = 0 ] && grep -q '^stream_check client: OK' "$d/honest.log" || note "the honest client failed (rc $hrc)"
-  grep -q 'info: conn .* server .* path=rdma' "$d/server.log" || note "no server connection ended on RDMA (the honest one should)"
+  grep -q 'info: conn .* client .* path=rdma' "$d/honest.log" || note "the honest connection did not end on RDMA"
   if [ "$want" = verified ]; then
     [ "$src" = 0 ] && [ "$nerr" = 0 ] || note "the server failed (status $src) where the liar's stream should pass"
     [ "$c" = rdma-bad-qpn ] && ! grep -q 'path=tcp (no-resources)' "$d/server.log" &&
       note "expected the liar's connection on path=tcp (no-resources)"
+    # the liar's honest cases: its connection was on RDMA too
+    [ "$c" != rdma-bad-qpn ] && [ "$(grep -c 'info: conn .* server .* path=rdma' "$d/server.log")" -lt 2 ] &&
+      note "expected both server connections on path=rdma"
   else
     [ "$src" = 1 ] && [ "$nerr" = 1 ] || note "expected server status 1 with one failed connection, got $src and $nerr"
     [[ $errs =~ (Connection\ reset\ by\ peer|Broken\ pipe|premature\ EOF) ]] || note "the server's error is not a reset, broken pipe or EOF: $errs"
