@@ -173,21 +173,23 @@ static void settle_plain(r2s_link_t *l)
  * hand is shown). */
 static void fail(r2s_link_t *l, int err, const char *why)
 {
-  if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) == 0)
-    r2s__warn(
-        "connection reset: %s (%s; rx state %d, tx state %d, header %02x %02x %02x %02x %02x %02x %02x %02x, "
-        "%u header bytes)",
-        why, strerror(-err), l->rx_state, __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE), l->rx_hdr[0],
-        l->rx_hdr[1], l->rx_hdr[2], l->rx_hdr[3], l->rx_hdr[4], l->rx_hdr[5], l->rx_hdr[6], l->rx_hdr[7],
-        l->rx_hdr_len);
+  if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) != 0) return;
+  R2S_STAT_INC(reset_protocol);
+  r2s__warn(
+      "connection reset: %s (%s; rx state %d, tx state %d, header %02x %02x %02x %02x %02x %02x %02x %02x, "
+      "%u header bytes)",
+      why, strerror(-err), l->rx_state, __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE), l->rx_hdr[0],
+      l->rx_hdr[1], l->rx_hdr[2], l->rx_hdr[3], l->rx_hdr[4], l->rx_hdr[5], l->rx_hdr[6], l->rx_hdr[7],
+      l->rx_hdr_len);
 }
 
 /* The same from the send side (tx_lock held), which must not look at the
  * receive side's frame state. */
 static void fail_tx(r2s_link_t *l, int err, const char *why)
 {
-  if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) == 0)
-    r2s__warn("connection reset: %s (%s; tx state %d)", why, strerror(-err), l->tx_state);
+  if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) != 0) return;
+  R2S_STAT_INC(reset_protocol);
+  r2s__warn("connection reset: %s (%s; tx state %d)", why, strerror(-err), l->tx_state);
 }
 
 /* The peer turned out to be a plain TCP stack: the receive direction was
@@ -935,7 +937,9 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       if (n < 0) n = -errno;
     }
     }
-    if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) fail(l, (int)n, "bad frame from the peer");
+    if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
+      fail(l, (int)n,
+           l->rx_state == R2S_RX_RING ? "bad frame or ring index from the peer" : "bad frame from the peer");
   } while (n == RETRY);
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
   /* After shutdown(SHUT_RD) TCP still hands out what is queued, then the

@@ -39,6 +39,8 @@
   X(tcp_no_hello, "stayed on TCP: the hello could not be sent")                                              \
   X(tcp_other_user, "stayed on TCP frames: the peer runs as another user")                                   \
   X(tcp_no_device, "stayed on TCP: a remote peer, and no RDMA device for the connection's address")           \
+  X(reset_protocol, "connections reset because the peer broke the protocol (a bad frame or ring index)")     \
+  X(reset_rdma, "RDMA connections reset: a work request, the queue pair or the device failed")               \
   X(listeners, "TCP sockets that listened")                                                                  \
   X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of")                       \
   X(bytes_tcp_tx, "payload bytes sent over kernel TCP on tracked connections")                               \

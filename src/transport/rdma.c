@@ -36,6 +36,7 @@
 #include "../log.h"
 #include "../options.h"
 #include "../ring.h"
+#include "../stats.h"
 #include "../transport.h"
 #include "rdma.h"
 
@@ -115,6 +116,7 @@ static inline const r2s_ring_ctl_t *peer_cline(const r2s_tp_state_t *st)
 static void fail_qp(r2s_tp_state_t *st, const char *why)
 {
   if (__atomic_exchange_n(&st->broken, -ECONNRESET, __ATOMIC_ACQ_REL)) return;
+  R2S_STAT_INC(reset_rdma);
   r2s__warn("RDMA connection failed (%s): reset", why);
   if (st->dupfd >= 0) (void)r2s__libc.shutdown(st->dupfd, SHUT_RDWR);
 }

@@ -45,7 +45,9 @@ declare -A REASON=(
 EOF_CASES=" trunc-hdr-eof trunc-payload-eof mark-eof stall-credits die-mid-ring "
 SAN_RE='AddressSanitizer|LeakSanitizer|ThreadSanitizer|UndefinedBehaviorSanitizer|runtime error:'
 
-if (($# > 0)); then cases=("$@"); else mapfile -t cases < <("$LIAR" --list | cut -f1); fi
+# The rdma-* cases need an RDMA device: they run in the rxe guest
+# (tests/rxe/guest-liar.sh).
+if (($# > 0)); then cases=("$@"); else mapfile -t cases < <("$LIAR" --list | cut -f1 | grep -v '^rdma-'); fi
 declare -A expect=()
 while IFS=$'\t' read -r name outcome _; do expect[$name]=$outcome; done < <("$LIAR" --list)
 

@@ -6,7 +6,7 @@
  * this program speaks the protocol right, and the lying cases can only pass
  * if the shim really rejects (or safely ignores) the lie.
  *
- * usage: lying_peer --port P --case NAME [--bytes N] [--timeout S]
+ * usage: lying_peer --port P --case NAME [--host A] [--bytes N] [--timeout S]
  *        lying_peer --list
  * Prints one line "lying_peer: case NAME: outcome=O bad_inputs=N verified=V"
  * where O is
@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "liar_rdma.h"
 #include "ring.h"
 #include "sc_net.h"
 #include "sc_stream.h"
@@ -77,6 +78,14 @@ typedef struct liar_s {
   bool tx_plain; /* after our PLAIN frame: raw TCP again */
   uint64_t tx_cap; /* if set: stream bytes sent before the lie, at most (the
                       server must still be reading when it comes) */
+  /* RDMA cases (rdma-*): our queue pair; the rings above are then our
+   * receive ring (registered) and our copy of the server's ring, whose
+   * control page's consumer line is the credit line the server writes */
+  liar_rdma_t *rd;
+  uint8_t *out_ctl;
+  bool got_ready;
+  int rd_status;                         /* first failed completion of the stream */
+  void (*bend)(r2s_offer_rdma_t *offer); /* a lie in our offer */
 } liar_t;
 
 static double now_s(void)
@@ -163,7 +172,11 @@ static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
   memset(&h, 0, sizeof h);
   h.version = h.min_version = R2S_PROTO_VERSION;
   host_identity(h.boot_id, &h.netns);
-  if (offer) {
+  if (offer && l->rd) {
+    h.has_rdma = 1;
+    lr_offer(l->rd, &h.rdma);
+    if (l->bend) l->bend(&h.rdma);
+  } else if (offer) {
     h.has_shm = 1;
     memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
     h.shm.ring_size = IN_RING_SIZE;
@@ -201,6 +214,11 @@ static void in_ring_name(liar_t *l)
 
 static int offer_in_ring(liar_t *l)
 {
+  if (l->rd) { /* registered by lr_open */
+    r2s__ring_attach(&l->in, l->in_mem, IN_RING_SIZE);
+    l->in_offered = true;
+    return 0;
+  }
   in_ring_name(l);
   int rc = make_segment(l->in_name, 0600, IN_RING_SIZE, &l->in_mem, &l->in_len);
   if (rc < 0) return rc;
@@ -211,6 +229,14 @@ static int offer_in_ring(liar_t *l)
 
 static int map_out_ring(liar_t *l)
 {
+  if (l->rd) {
+    uint8_t *data;
+    if (lr_attach_out(l->rd, &data) < 0 ||
+        r2s__ring_attach_split(&l->out, l->out_ctl, data, lr_peer(l->rd)->ring_size) < 0)
+      return -ENOMEM;
+    l->out_on = true;
+    return 0;
+  }
   int fd = shm_open(l->peer_hs.shm.name, O_RDWR, 0);
   if (fd < 0) return -errno;
   l->out_len = r2s__ring_bytes(l->peer_hs.shm.ring_size);
@@ -277,6 +303,8 @@ static bool parse(liar_t *l)
       l->got_ring = l->in_on = true;
     } else if (h.type == R2S_FRAME_DECLINE) {
       l->got_decline = true;
+    } else if (h.type == R2S_FRAME_READY) {
+      l->got_ready = true;
     }
     off += R2S_FRAME_HDR_LEN + h.len;
   }
@@ -341,11 +369,21 @@ static bool step(liar_t *l, bool *proto_ok)
       flush_tcp(l);
     } else if (n && l->out_on) {
       struct iovec v = {(void *)d, n};
+      uint64_t from = l->out.tail;
       ssize_t k = r2s__ring_put(&l->out, &v, 1, 0, n);
+      if (k > 0 && l->rd) {
+        /* Into the server's ring, then always a doorbell: an honest
+         * shim rings only when the reader announced that it sleeps, but
+         * doorbells are harmless and this keeps the liar simple. */
+        int st = lr_put(l->rd, from, l->out.tail);
+        if (st != 0 && !l->rd_status) l->rd_status = st;
+        if (st != 0) l->out_on = false;
+        send_hdr(l, R2S_FRAME_DOORBELL, 0);
+      }
       if (k > 0) {
         sc_tx_commit(l->s, (size_t)k);
         moved = true;
-        if (take_word(&l->out.ctl->consumer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+        if (!l->rd && take_word(&l->out.ctl->consumer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
       }
     } else if (n) {
       r2s__frame_hdr_put(l->tbuf, sizeof l->tbuf, R2S_FRAME_DATA, (uint32_t)n);
@@ -358,6 +396,7 @@ static bool step(liar_t *l, bool *proto_ok)
   } else if (l->tlen) {
     flush_tcp(l);
   }
+  if (l->rd && lr_reap_recvs(l->rd) > 0) moved = true; /* the server's sleep announcements */
   if (l->in_on && !l->stall_rx) {
     size_t want = sc_rx_want(l->s);
     if (want) {
@@ -366,9 +405,21 @@ static bool step(liar_t *l, bool *proto_ok)
       if (k > 0) {
         feed(l, l->s->rxbuf, (size_t)k);
         moved = true;
+        /* The credit into the server's credit line, and a doorbell as
+         * above; not once we hold the server's last byte: it may be gone
+         * then, with its queue pair, and rxe then leaves our write without
+         * a completion for over 10 s (seen). */
+        if (l->rd && sc_rx_want(l->s) > 0 && !__atomic_load_n(&l->in.ctl->producer_closed, __ATOMIC_ACQUIRE)) {
+          uint64_t head = l->in.head;
+          const lr_peer_t *pr = lr_peer(l->rd);
+          int st = lr_write(l->rd, &head, 8, pr->credit, pr->credit_rkey, -1);
+          if (st != 0 && !l->rd_status) l->rd_status = st;
+          if (!l->tx_plain) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+        }
         /* after our PLAIN, our direction carries no frames: a sleeping
          * producer finds the room when its sleep times out */
-        if (!l->tx_plain && take_word(&l->in.ctl->producer_sleeping)) send_hdr(l, R2S_FRAME_DOORBELL, 0);
+        if (!l->rd && !l->tx_plain && take_word(&l->in.ctl->producer_sleeping))
+          send_hdr(l, R2S_FRAME_DOORBELL, 0);
       }
     }
   }
@@ -472,7 +523,7 @@ static bool hello(liar_t *l)
 
 static bool await_hs(liar_t *l)
 {
-  return run_until(l, have_hs, 10) && l->peer_hs.has_shm;
+  return run_until(l, have_hs, 10) && (l->rd ? l->peer_hs.has_rdma : l->peer_hs.has_shm);
 }
 
 /* Our switch mark and an honest HANDSHAKE (with our ring if offer). */
@@ -544,6 +595,23 @@ static const lie_t lies[] = {
     {"name-own-ring", EXPECT_VERIFIED, "the server's own ring offered back to it: fall back"},
     {"stall-credits", EXPECT_CLOSED, "never take bytes from our ring: the server's writer must sleep"},
     {"die-mid-ring", EXPECT_CLOSED, "exit in the middle of a ring transfer"},
+    /* Over RDMA (R2SOCK_TRANSPORT=rdma on the server; an RDMA device for the
+     * address, so run in the rxe guest: tests/rxe/guest-liar.sh). */
+    {"rdma-honest", EXPECT_VERIFIED, "no lie: both directions through RDMA rings"},
+    {"rdma-tail-past", EXPECT_CLOSED, "RDMA-write our tail in the server's ring past head + size"},
+    {"rdma-tail-back", EXPECT_CLOSED, "RDMA-write our tail in the server's ring backwards"},
+    {"rdma-tail-garbage", EXPECT_CLOSED, "RDMA-write a random 64-bit tail"},
+    {"rdma-head-past", EXPECT_CLOSED, "RDMA-write a credit (head) past what the server sent"},
+    {"rdma-head-back", EXPECT_CLOSED, "RDMA-write a credit (head) that moves backwards"},
+    {"rdma-write-past-ring", EXPECT_CLOSED, "RDMA-write just past the server's ring: remote access error"},
+    {"rdma-write-past-credit", EXPECT_CLOSED, "RDMA-write just past the server's credit line: access error"},
+    {"rdma-read", EXPECT_CLOSED, "RDMA READ of the server's ring: refused"},
+    {"rdma-send", EXPECT_CLOSED, "a SEND with a payload into receives that have no buffer"},
+    {"rdma-imm-garbage", EXPECT_VERIFIED, "200 writes with random immediates mid-stream"},
+    {"rdma-bad-rkey", EXPECT_CLOSED, "our offer names a wrong rkey for our ring"},
+    {"rdma-ring-size", EXPECT_CLOSED, "our offer claims a ring twice the size we registered"},
+    {"rdma-bad-qpn", EXPECT_VERIFIED, "our offer has a queue pair number past 24 bits: declined, frames"},
+    {"rdma-stall-credits", EXPECT_CLOSED, "never return credits: the server's writer must wait, not overrun"},
 };
 
 static const lie_t *find_lie(const char *name)
@@ -690,11 +758,222 @@ static bool wait_for_file(const char *path, double secs)
   return true;
 }
 
+/* stall-credits: never take bytes from our ring. The server's writer must
+ * fill it exactly and then wait, without spinning. Ends the connection. */
+static void stall_credits(liar_t *l, const struct run_opts *ro, bool *ok)
+{
+  l->stall_rx = true;
+  if (!run_until(l, in_ring_full, 20)) {
+    fprintf(stderr, "lying_peer: the server never filled our ring\n");
+    *ok = false;
+  }
+  l->bad++;
+  /* The server's writer now waits for credits that never come. Once
+   * the other connections are done, it must use (almost) no CPU. */
+  if (ro->go_file && !wait_for_file(ro->go_file, 60)) {
+    fprintf(stderr, "lying_peer: %s never appeared\n", ro->go_file);
+    *ok = false;
+  }
+  if (ro->watch_pid > 0) {
+    long hz = sysconf(_SC_CLK_TCK), t0 = cpu_ticks(ro->watch_pid);
+    double w0 = now_s();
+    for (int i = 0; i < 100; i++) { /* 2 s, still reading (and dropping) TCP */
+      (void)pump(l);
+      usleep(20000);
+    }
+    long t1 = cpu_ticks(ro->watch_pid);
+    double used = (double)(t1 - t0) / (double)hz, wall = now_s() - w0;
+    printf("lying_peer: stalled server used %.2f s of CPU in %.2f s\n", used, wall);
+    if (t0 < 0 || t1 < 0 || used > ro->cpu_max * wall) {
+      fprintf(stderr, "lying_peer: the server spun while waiting for credits (%.2f s CPU in %.2f s)\n", used,
+              wall);
+      *ok = false;
+    }
+  }
+  if (__atomic_load_n(&l->in.ctl->tail, __ATOMIC_ACQUIRE) - l->in.head != IN_RING_SIZE) {
+    fprintf(stderr, "lying_peer: the server wrote past the credits it had\n");
+    *ok = false;
+  }
+  shutdown(l->fd, SHUT_RDWR);
+}
+
+#define IS(x) (strcmp(kase, (x)) == 0)
+
+/* Bent RDMA offers. */
+static void bend_rkey(r2s_offer_rdma_t *o)
+{
+  o->ring_rkey ^= 0x5a5a00u;
+}
+static void bend_size(r2s_offer_rdma_t *o)
+{
+  o->ring_size *= 2;
+}
+static void bend_qpn(r2s_offer_rdma_t *o)
+{
+  o->qpn |= 1u << 24;
+}
+
+static bool have_ready(liar_t *l)
+{
+  return l->got_ready;
+}
+static bool tcp_ended(liar_t *l)
+{
+  return l->tcp_end;
+}
+
+/* The RDMA version of honest_rings: our queue pair to RTS from the
+ * server's HANDSHAKE, READY, and once the server's READY is in, RING and
+ * our bytes into its ring. Our stream waits until then: the server starts
+ * its own once it has our stream's header, which so comes after our READY,
+ * and its bytes go into our ring, not into DATA frames, whatever the
+ * timing (the lies in our offer need the server to use it). */
+static bool honest_rdma(liar_t *l)
+{
+  if (!hello(l)) return false;
+  switch_mark(l, true);
+  l->tx_on = false;
+  if (!await_hs(l) || lr_connect(l->rd, &l->peer_hs.rdma) < 0) return false;
+  send_hdr(l, R2S_FRAME_READY, 0);
+  if (!run_until(l, have_ready, 10) || map_out_ring(l) < 0) return false;
+  send_u64(l, R2S_FRAME_RING, 0);
+  l->tx_on = true;
+  return true;
+}
+
+/* A write or read outside what the server registered must complete in
+ * error on our side (remote access error; for a read, also an invalid
+ * request: the queue pair allows no remote reads at all). */
+static void expect_refused(liar_t *l, const char *what, int st, bool read_ok, bool *ok)
+{
+  bool refused = lr_refused(st, read_ok);
+  printf("lying_peer: %s completed with: %s\n", what, lr_status_str(st));
+  if (!refused) {
+    fprintf(stderr, "lying_peer: %s was not refused (%s)\n", what, lr_status_str(st));
+    *ok = false;
+  }
+}
+
+static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
+{
+  if (IS("rdma-bad-qpn")) { /* the server cannot connect: DECLINE, frames both ways */
+    l->bend = bend_qpn;
+    if (!hello(l)) return EXPECT_CLOSED;
+    switch_mark(l, true);
+    l->bad++;
+    if (!await_hs(l)) *ok = false;
+    send_u64(l, R2S_FRAME_DECLINE, 2);
+    if (!run_until(l, ring_or_decline, 10) || l->got_ring || l->got_ready) {
+      fprintf(stderr, "lying_peer: expected the server to decline our offer (ring=%d ready=%d decline=%d)\n",
+              l->got_ring, l->got_ready, l->got_decline);
+      *ok = false;
+    }
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  if (IS("rdma-bad-rkey")) l->bend = bend_rkey;
+  if (IS("rdma-ring-size")) l->bend = bend_size;
+  /* The server must still be reading when a lie on its ring comes. */
+  if (strncmp(kase, "rdma-tail-", 10) == 0) l->tx_cap = 128 << 10;
+  if (!honest_rdma(l)) {
+    fprintf(stderr, "lying_peer: the RDMA setup with the server failed (ready=%d decline=%d)\n", l->got_ready,
+            l->got_decline);
+    *ok = false;
+    return EXPECT_VERIFIED;
+  }
+  /* tail-back needs a credit from the server (it consumed something, or
+   * an older tail is no step back), which comes every quarter of its ring
+   * (512 KiB by default). */
+  if (IS("rdma-tail-back")) l->tx_cap = 192u << 10;
+  const lr_peer_t *pr = lr_peer(l->rd);
+  uint64_t v = 0;
+  int st = 0;
+  if (IS("rdma-honest") || IS("rdma-imm-garbage")) {
+    if (IS("rdma-imm-garbage")) {
+      (void)run_until(l, header_sent, 10);
+      /* Our tail as it is, each time with a random immediate: the write is
+       * honest, the immediates are not. */
+      for (int i = 0; i < 200 && st == 0; i++, l->bad++) {
+        uint32_t imm = 0;
+        (void)getrandom(&imm, sizeof imm, 0);
+        v = l->out.tail;
+        st = lr_write(l->rd, &v, 8, pr->ring + offsetof(r2s_ring_ctl_t, tail), pr->ring_rkey, imm);
+      }
+      if (st != 0) {
+        fprintf(stderr, "lying_peer: a write with immediate failed: %s\n", lr_status_str(st));
+        *ok = false;
+      }
+    }
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    /* A write that failed before the end shows as a stream that does not
+     * complete; one around the end may meet a server already gone. */
+    if (l->rd_status)
+      fprintf(stderr, "lying_peer: an RDMA write of the stream failed: %s\n", lr_status_str(l->rd_status));
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  if (IS("rdma-stall-credits")) {
+    stall_credits(l, ro, ok);
+    return EXPECT_CLOSED;
+  }
+  if (IS("rdma-bad-rkey") || IS("rdma-ring-size")) { /* the server's own writes meet the lie */
+    l->bad++;
+    (void)run_until(l, tcp_ended, 30);
+    return await_close(l, 10) && !stream_done(l) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  if (IS("rdma-head-past") || IS("rdma-head-back")) {
+    (void)run_until(l, IS("rdma-head-past") ? server_produced : consumed_a_ring, 20);
+    l->stall_rx = true;
+    v = IS("rdma-head-past") ? __atomic_load_n(&l->in.ctl->tail, __ATOMIC_ACQUIRE) + IN_RING_SIZE + 4096 : 0;
+    st = lr_write(l->rd, &v, 8, pr->credit, pr->credit_rkey, -1);
+  } else if (strncmp(kase, "rdma-tail-", 10) == 0) {
+    (void)run_until(l, IS("rdma-tail-back") ? server_consumed : header_sent, 10);
+    if (IS("rdma-tail-past")) v = l->out.tail + l->out.size + 4096;
+    if (IS("rdma-tail-back")) v = __atomic_load_n(&l->out.ctl->head, __ATOMIC_ACQUIRE) - 8;
+    if (IS("rdma-tail-garbage")) (void)getrandom(&v, sizeof v, 0);
+    st = lr_write(l->rd, &v, 8, pr->ring + offsetof(r2s_ring_ctl_t, tail), pr->ring_rkey, -1);
+  } else {
+    (void)run_until(l, header_sent, 10);
+    if (IS("rdma-write-past-ring")) {
+      st = lr_write(l->rd, &v, 8, pr->ring + R2S_RING_CTL_SIZE + pr->ring_size, pr->ring_rkey, -1);
+      expect_refused(l, "a write past the ring", st, false, ok);
+    } else if (IS("rdma-write-past-credit")) {
+      st = lr_write(l->rd, &v, 8, pr->credit + 64, pr->credit_rkey, -1);
+      expect_refused(l, "a write past the credit line", st, false, ok);
+    } else if (IS("rdma-read")) {
+      uint8_t buf[64];
+      memset(buf, 0xa5, sizeof buf);
+      st = lr_read(l->rd, buf, sizeof buf, pr->ring + R2S_RING_CTL_SIZE, pr->ring_rkey);
+      expect_refused(l, "a read of the ring", st, true, ok);
+      for (size_t i = 0; i < sizeof buf; i++)
+        if (buf[i] != 0xa5) {
+          fprintf(stderr, "lying_peer: a refused read still brought bytes of the server's ring\n");
+          *ok = false;
+          break;
+        }
+    } else if (IS("rdma-send")) {
+      static const char junk[48] = "a SEND where only immediates are expected";
+      st = lr_send(l->rd, junk, sizeof junk);
+      printf("lying_peer: the SEND completed with: %s\n", lr_status_str(st));
+    } else {
+      fprintf(stderr, "lying_peer: case %s not handled\n", kase);
+      exit(2);
+    }
+    st = 0;
+  }
+  if (st != 0) {
+    fprintf(stderr, "lying_peer: the lie itself did not reach the server: %s\n", lr_status_str(st));
+    *ok = false;
+  }
+  l->bad++;
+  doorbell(l);
+  return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+}
+
 /* Runs the case; returns the outcome reached. */
 static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
 {
   *ok = true;
-#define IS(x) (strcmp(kase, (x)) == 0)
+  if (l->rd) return rdma_case(l, kase, ro, ok);
   if (IS("honest-ring") || IS("ignored-frames") || IS("stall-credits") || IS("die-mid-ring")) {
     if (!honest_rings(l)) {
       fprintf(stderr, "lying_peer: no ring from the server (decline=%d)\n", l->got_decline);
@@ -709,39 +988,7 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
       for (int i = 0; i < 1000; i++) doorbell(l);
       l->bad += 1003;
     } else if (IS("stall-credits")) {
-      l->stall_rx = true;
-      if (!run_until(l, in_ring_full, 20)) {
-        fprintf(stderr, "lying_peer: the server never filled our ring\n");
-        *ok = false;
-      }
-      l->bad++;
-      /* The server's writer now waits for credits that never come. Once
-       * the other connections are done, it must use (almost) no CPU. */
-      if (ro->go_file && !wait_for_file(ro->go_file, 60)) {
-        fprintf(stderr, "lying_peer: %s never appeared\n", ro->go_file);
-        *ok = false;
-      }
-      if (ro->watch_pid > 0) {
-        long hz = sysconf(_SC_CLK_TCK), t0 = cpu_ticks(ro->watch_pid);
-        double w0 = now_s();
-        for (int i = 0; i < 100; i++) { /* 2 s, still reading (and dropping) TCP */
-          (void)pump(l);
-          usleep(20000);
-        }
-        long t1 = cpu_ticks(ro->watch_pid);
-        double used = (double)(t1 - t0) / (double)hz, wall = now_s() - w0;
-        printf("lying_peer: stalled server used %.2f s of CPU in %.2f s\n", used, wall);
-        if (t0 < 0 || t1 < 0 || used > ro->cpu_max * wall) {
-          fprintf(stderr, "lying_peer: the server spun while waiting for credits (%.2f s CPU in %.2f s)\n", used,
-                  wall);
-          *ok = false;
-        }
-      }
-      if (__atomic_load_n(&l->in.ctl->tail, __ATOMIC_ACQUIRE) - l->in.head != IN_RING_SIZE) {
-        fprintf(stderr, "lying_peer: the server wrote past the credits it had\n");
-        *ok = false;
-      }
-      shutdown(l->fd, SHUT_RDWR);
+      stall_credits(l, ro, ok);
       return EXPECT_CLOSED; /* we ended it; the driver checks the server's side */
     } else if (IS("die-mid-ring")) {
       (void)run_until(l, server_produced, 10);
@@ -939,11 +1186,12 @@ int main(int argc, char **argv)
       {"port", required_argument, NULL, 'p'},   {"case", required_argument, NULL, 'c'},
       {"bytes", required_argument, NULL, 'b'},  {"timeout", required_argument, NULL, 't'},
       {"go-file", required_argument, NULL, 'g'}, {"watch-pid", required_argument, NULL, 'w'},
-      {"list", no_argument, NULL, 'l'},         {NULL, 0, NULL, 0},
+      {"host", required_argument, NULL, 'H'},   {"list", no_argument, NULL, 'l'},
+      {NULL, 0, NULL, 0},
   };
   long port = -1, timeout = 60, wpid = 0;
   uint64_t bytes = 4 << 20;
-  const char *kase = NULL;
+  const char *kase = NULL, *host = "127.0.0.1";
   struct run_opts ro = {.cpu_max = 0.5};
   int c;
   while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -953,6 +1201,9 @@ int main(int argc, char **argv)
       break;
     case 'c':
       kase = optarg;
+      break;
+    case 'H':
+      host = optarg;
       break;
     case 'b':
       if (sc_parse_size(optarg, &bytes) != 0) sc_die(SC_EXIT_USAGE, "bad --bytes");
@@ -982,18 +1233,24 @@ int main(int argc, char **argv)
 
   static liar_t l;
   bool inprog = false;
-  l.fd = sc_connect("127.0.0.1", (int)port, false, &inprog);
+  l.fd = sc_connect(host, (int)port, false, &inprog);
   if (l.fd < 0) sc_die(SC_EXIT_FAIL, "lying_peer: connect: %s", strerror(errno));
+  if (strncmp(lie->name, "rdma-", 5) == 0) {
+    struct pollfd pf = {l.fd, POLLOUT, 0};
+    (void)poll(&pf, 1, 10000); /* the local address must be known */
+    if (!(l.rd = lr_open(l.fd, IN_RING_SIZE, (uint8_t **)&l.in_mem, &l.out_ctl)))
+      sc_die(SC_EXIT_FAIL, "lying_peer: no RDMA");
+  }
   /* The credit lies run one way at a time, so that the server's writer,
    * not its reader, is the one that meets the lie. */
-  bool one_way = strncmp(lie->name, "head-", 5) == 0;
+  bool one_way = strncmp(lie->name, "head-", 5) == 0 || strncmp(lie->name, "rdma-head-", 10) == 0;
   struct sc_params p = {.seed = 4242, .c2s_bytes = bytes, .s2c_bytes = bytes, .flags = one_way ? 0 : SC_F_BIDIR};
   l.s = sc_session_new(SC_CLIENT, l.fd, 1, &p);
   if (!l.s) sc_die(SC_EXIT_FAIL, "lying_peer: out of memory");
 
   bool ok;
   enum expect got = run_case(&l, lie->name, &ro, &ok);
-  if (l.in_offered || l.in_mem) shm_unlink(l.in_name);
+  if (!l.rd && (l.in_offered || l.in_mem)) shm_unlink(l.in_name);
   const char *err = sc_session_error(l.s);
   printf("lying_peer: case %s: outcome=%s bad_inputs=%" PRIu64 " verified=%" PRIu64 " tcp_end=%s%s%s\n", lie->name,
          got == EXPECT_VERIFIED ? "verified" : "closed", l.bad, got == EXPECT_VERIFIED ? l.s->rx_data_bytes : 0,

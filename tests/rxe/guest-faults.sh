@@ -9,6 +9,8 @@
 #   the transfer had completed, else with stream_check's failure status 1
 #   (EOF or ECONNRESET). Its time to notice is recorded; the median and the
 #   maximum are printed. No shared-memory ring may be left in /dev/shm.
+# Then, in the same boot, the lying peer over RDMA (guest-liar.sh: one
+# connection per lie next to an honest one, about a minute).
 # Skipped when R2SOCK_LIB is empty.
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
@@ -84,4 +86,6 @@ say "fault trials: $TRIALS run, $survived survivors ended by themselves ($comple
 say "time for the survivor to end after the kill: median ${median} s, max ${max} s"
 step "no shared-memory ring left behind" bash -c '! ls /dev/shm/r2s-[0-9]* 2>/dev/null'
 step "every survivor ended by itself" test "$hung" = 0 -a "$bad" = 0
+# shellcheck source=tests/rxe/guest-liar.sh
+. "$(dirname "${BASH_SOURCE[0]}")/guest-liar.sh"
 finish
