@@ -387,6 +387,12 @@ static bool ring_size_ok(uint64_t size)
   return size >= 4096 && size <= (1ull << 30) && (size & (size - 1)) == 0;
 }
 
+/* The sender keeps a registered copy of the peer's ring, as large as the
+ * peer says its ring is: a peer may cost this end that much pinned memory,
+ * up to this end's own ring size or PEER_RING_MAX, whichever is larger.
+ * A larger offer is declined (the connection stays on TCP frames). */
+#define PEER_RING_MAX (16ull << 20)
+
 static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 {
   if (foreign(st)) return -ECONNRESET;
@@ -395,6 +401,12 @@ static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   if (o->qpn > 0xffffff || o->psn > 0xffffff || o->mtu < IBV_MTU_256 || o->mtu > IBV_MTU_4096 ||
       !ring_size_ok(o->ring_size))
     return -EPROTO;
+  if (o->ring_size > PEER_RING_MAX && o->ring_size > r2s__opt.ring_size) {
+    r2s__warn("the peer's RDMA ring (%llu bytes) is larger than this end accepts (R2SOCK_RING_SIZE or 16M): "
+              "staying on TCP",
+              (unsigned long long)o->ring_size);
+    return -ENOBUFS;
+  }
   struct ibv_qp_attr a = {
       .qp_state = IBV_QPS_RTR,
       .path_mtu = o->mtu < st->port.mtu ? (enum ibv_mtu)o->mtu : st->port.mtu,

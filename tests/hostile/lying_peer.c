@@ -43,7 +43,7 @@
 #include "sc_util.h"
 
 #define IN_RING_SIZE (64u << 10) /* the ring we offer the server */
-#define PRE_RING_CAP (64u << 10) /* plain-honest: stream bytes in DATA frames before RING, at most */
+#define PRE_RING_CAP (64u << 10) /* plain-honest, die-mid-ring: stream bytes in DATA frames before RING, at most */
 
 enum expect { EXPECT_VERIFIED, EXPECT_CLOSED };
 
@@ -611,6 +611,7 @@ static const lie_t lies[] = {
     {"rdma-bad-rkey", EXPECT_CLOSED, "our offer names a wrong rkey for our ring"},
     {"rdma-ring-size", EXPECT_CLOSED, "our offer claims a ring twice the size we registered"},
     {"rdma-bad-qpn", EXPECT_VERIFIED, "our offer has a queue pair number past 24 bits: declined, frames"},
+    {"rdma-huge-ring", EXPECT_VERIFIED, "our offer claims a 1 GiB ring (the server's copy would pin 1 GiB): declined, frames"},
     {"rdma-stall-credits", EXPECT_CLOSED, "never return credits: the server's writer must wait, not overrun"},
 };
 
@@ -812,6 +813,10 @@ static void bend_qpn(r2s_offer_rdma_t *o)
 {
   o->qpn |= 1u << 24;
 }
+static void bend_huge(r2s_offer_rdma_t *o)
+{
+  o->ring_size = 1ull << 30; /* valid, but more than the server takes on */
+}
 
 static bool have_ready(liar_t *l)
 {
@@ -856,8 +861,8 @@ static void expect_refused(liar_t *l, const char *what, int st, bool read_ok, bo
 
 static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
 {
-  if (IS("rdma-bad-qpn")) { /* the server cannot connect: DECLINE, frames both ways */
-    l->bend = bend_qpn;
+  if (IS("rdma-bad-qpn") || IS("rdma-huge-ring")) { /* the server will not connect: DECLINE, frames both ways */
+    l->bend = IS("rdma-bad-qpn") ? bend_qpn : bend_huge;
     if (!hello(l)) return EXPECT_CLOSED;
     switch_mark(l, true);
     l->bad++;
@@ -975,11 +980,18 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
   *ok = true;
   if (l->rd) return rdma_case(l, kase, ro, ok);
   if (IS("honest-ring") || IS("ignored-frames") || IS("stall-credits") || IS("die-mid-ring")) {
+    /* die-mid-ring must die with the ring in use: like plain-honest, a
+     * server slow to send its HANDSHAKE (a loaded host) could otherwise
+     * have the whole stream as DATA frames first, and server_consumed
+     * never comes true (seen once: the case ended with all 4 MiB verified
+     * and the server content). */
+    if (IS("die-mid-ring")) l->tx_cap = PRE_RING_CAP;
     if (!honest_rings(l)) {
       fprintf(stderr, "lying_peer: no ring from the server (decline=%d)\n", l->got_decline);
       *ok = false;
       return EXPECT_CLOSED;
     }
+    l->tx_cap = 0;
     if (IS("ignored-frames")) {
       (void)run_until(l, header_sent, 10);
       send_u64(l, R2S_FRAME_CREDIT, ~0ull);
