@@ -24,7 +24,7 @@ fi
 RDMA_ENV="LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_TRANSPORT=rdma"
 exec {tick}<> <(:)
 RANDOM=${R2SOCK_FAULT_SEED:-4242}
-times=() survived=0 hung=0 completed=0 bad=0
+times=() survived=0 hung=0 completed=0 bad=0 slow=0
 for ((i = 1; i <= TRIALS; i++)); do
   port=$((7100 + i % 50))
   mb=$((1 + RANDOM % 64)) delay_ms=$((RANDOM % 2000)) victim=$((RANDOM % 2))
@@ -77,13 +77,20 @@ for ((i = 1; i <= TRIALS; i++)); do
     *) bad=$((bad + 1)); fail "trial $i: the survivor exited $rc (expected 0 or 1)"
        sed 's/^/    /' "$LOGDIR/trial.server.log" "$LOGDIR/trial.client.log" | tail -n 6 ;;
   esac
-  times+=("$(echo "$t1 - $t0" | bc)")
+  took=$(echo "$t1 - $t0" | bc)
+  times+=("$took")
+  # the issue's bound is 1 s: name the trials past it, for whoever looks
+  # for the cause (the test itself fails only on a hang or a bad exit)
+  if (( $(echo "$took > 1" | bc) )); then
+    slow=$((slow + 1))
+    say "  trial $i: the surviving $([ $dead = client ] && echo server || echo client) took ${took} s to end (exit $rc; ${mb} MiB, $dead killed after ${delay_ms} ms)"
+  fi
 done
 sorted=$(printf '%s\n' "${times[@]}" | sort -g)
 median=$(echo "$sorted" | sed -n "$(( (${#times[@]} + 1) / 2 ))p")
 max=$(echo "$sorted" | tail -n 1)
 say "fault trials: $TRIALS run, $survived survivors ended by themselves ($completed had completed), $hung hung, $bad bad exits"
-say "time for the survivor to end after the kill: median ${median} s, max ${max} s"
+say "time for the survivor to end after the kill: median ${median} s, max ${max} s, $slow over 1 s"
 step "no shared-memory ring left behind" bash -c '! ls /dev/shm/r2s-[0-9]* 2>/dev/null'
 step "every survivor ended by itself" test "$hung" = 0 -a "$bad" = 0
 # shellcheck source=tests/rxe/guest-liar.sh
