@@ -170,7 +170,9 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
     unmap(&st->peer_mem, st->peer_len);
     return -EPROTO;
   }
-  st->attached = true;
+  /* Release: a waiter's peer_shares_cpu reads st->peer without the
+   * link's locks once it sees this (TSan saw the plain store race). */
+  __atomic_store_n(&st->attached, true, __ATOMIC_RELEASE);
   return 0;
 }
 
@@ -294,7 +296,8 @@ static bool shm_peer_shares_cpu(r2s_tp_state_t *st)
 {
   uint32_t cpu = this_cpu();
   return cpu && (__atomic_load_n(&st->own.ctl->producer_woke_on, __ATOMIC_RELAXED) == cpu ||
-                 (st->attached && __atomic_load_n(&st->peer.ctl->consumer_woke_on, __ATOMIC_RELAXED) == cpu));
+                 (__atomic_load_n(&st->attached, __ATOMIC_ACQUIRE) &&
+                  __atomic_load_n(&st->peer.ctl->consumer_woke_on, __ATOMIC_RELAXED) == cpu));
 }
 
 static bool shm_peer_tx_closed(r2s_tp_state_t *st)
