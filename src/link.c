@@ -1514,6 +1514,23 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd)
   return n;
 }
 
+/* Before a flush that waits for the peer (transport.h): a peer whose FIN
+ * we hold (CLOSE_WAIT) may be a process killed with bytes of ours still in
+ * flight, and its device never acknowledges them; a doorbell makes its
+ * kernel answer with a reset at once, instead of the flush waiting its
+ * whole bound. A live peer that only shut down its side reads the
+ * doorbell as nothing. tx_lock held. */
+static void flush_tp_locked(r2s_link_t *l, int fd)
+{
+  if (TP(l)->flush_waits_for_peer) {
+    struct tcp_info ti;
+    socklen_t n = sizeof ti;
+    if (r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) == 0 && ti.tcpi_state == TCP_CLOSE_WAIT)
+      send_doorbell_locked(l, fd);
+  }
+  TP(l)->flush(TPS(l));
+}
+
 /* ---- the end ---- */
 
 int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
@@ -1528,7 +1545,7 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
     (void)flush_ctrl(l, fd);
     if (l->tx_state == R2S_TX_RING) {
       TP(l)->close_tx(TPS(l));
-      TP(l)->flush(TPS(l));
+      flush_tp_locked(l, fd);
       if (TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
     }
     l->tx_shut = true;
@@ -1592,7 +1609,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
   (void)flush_ctrl(l, fd);
   /* Our FIN must not overtake our last ring bytes (RDMA writes still in
    * flight): the peer would read the end of the stream before them. */
-  if (l->tx_state == R2S_TX_RING) TP(l)->flush(TPS(l));
+  if (l->tx_state == R2S_TX_RING) flush_tp_locked(l, fd);
   pthread_mutex_unlock(&l->tx_lock);
   /* The peer's hello or frames may still be on their way to us: an orderly
    * close in the background (reaper.h). Unless the application left its

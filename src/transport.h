@@ -108,6 +108,11 @@ typedef struct r2s_transport_s {
    * after a bounded wait: the link calls it before the kernel sends our
    * FIN, which must not overtake them. */
   void (*flush)(r2s_tp_state_t *st);
+  /* flush() waits for the peer's side to acknowledge (RDMA: its device).
+   * A peer that died after its kernel sent our socket a FIN never does;
+   * before such a flush the link makes a gone peer's kernel answer with a
+   * reset (a DOORBELL it cannot deliver), which flush() watches for. */
+  bool flush_waits_for_peer;
   void (*release)(r2s_tp_state_t *st);
 } r2s_transport_t;
 

@@ -7,6 +7,10 @@
 # FAILS and is named in FAILED; `finish` prints the summary and exits 1 if
 # anything failed. Scripts should use `set -uo pipefail`, not `set -e`, so
 # that one failed step still lets the others run and report.
+# Sourced once: a script that sources another (guest-faults.sh runs
+# guest-liar.sh) must not have its earlier failures reset to none.
+[ -n "${R2S_GUEST_LIB:-}" ] && return 0
+R2S_GUEST_LIB=1
 FAILS=0 FAILED=() SKIPS=0
 STEP_TMO=${STEP_TMO:-120}     # default bound of one step, seconds
 LOGDIR=${LOGDIR:-/xfer/logs}  # per-step logs, kept in the host's run dir

@@ -171,8 +171,13 @@ static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline
     int err = state_error(st);
     if (err) return err;
     if (st->sq_out + need <= SQ_DEPTH) return 0;
-    /* A drain (soft) also ends when the peer turns out to be gone. */
-    if (soft && spins > 64 && tcp_reset(st)) return -ECONNRESET;
+    /* A peer that reset the TCP connection will not answer: a drain
+     * (soft) ends, a sender fails the connection, at once. */
+    if (spins > 64 && tcp_reset(st)) {
+      if (soft) return -ECONNRESET;
+      fail_qp(st, "the peer reset the connection");
+      return -ECONNRESET;
+    }
     if (r2s__now_ns() > deadline) {
       if (soft) return -ETIMEDOUT;
       fail_qp(st, "send queue stuck");
@@ -445,8 +450,14 @@ static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   struct ibv_qp_attr r = {
       .qp_state = IBV_QPS_RTS,
       .sq_psn = st->psn,
-      .timeout = 14, /* 4.096 us * 2^14 = 67 ms per try */
-      .retry_cnt = 7,
+      /* A peer that is gone fails the queue pair after 7 tries of 67 ms
+       * (4.096 us * 2^14), about 0.5 s. Not retry_cnt 7, the usual value:
+       * Soft-RoCE takes 7 to mean "retry forever" (rxe_comp.c), and a
+       * sender toward a killed peer then waited out its whole bound. */
+      .timeout = 14,
+      .retry_cnt = 6,
+      /* A peer that lives but has no receive posted yet is waited for, as
+       * TCP waits for a closed window. */
       .rnr_retry = 7,
       .max_rd_atomic = 0,
   };
@@ -731,6 +742,7 @@ const r2s_transport_t r2s__transport_rdma = {
     .path = 2, /* R2S_PATH_RDMA */
     .needs_ready = true,
     .adaptive_spin = true,
+    .flush_waits_for_peer = true,
     .offer = rdma_offer,
     .connect = rdma_connect,
     .reaches = rdma_reaches,

@@ -84,6 +84,7 @@ for ((i = 1; i <= TRIALS; i++)); do
   if (( $(echo "$took > 1" | bc) )); then
     slow=$((slow + 1))
     say "  trial $i: the surviving $([ $dead = client ] && echo server || echo client) took ${took} s to end (exit $rc; ${mb} MiB, $dead killed after ${delay_ms} ms)"
+    sed 's/^/    /' "$LOGDIR/trial.$([ $dead = client ] && echo server || echo client).log" | tail -n 6
   fi
 done
 sorted=$(printf '%s\n' "${times[@]}" | sort -g)
