@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "hostid.h"
+#include "iovec.h"
 #include "libc.h"
 #include "log.h"
 #include "options.h"
@@ -80,13 +81,6 @@ static int trim_iov(struct iovec *out, const struct iovec *iov, int cnt, size_t 
     k++;
   }
   return k;
-}
-
-static size_t iov_total(const struct iovec *iov, int cnt)
-{
-  size_t t = 0;
-  for (int i = 0; i < cnt; i++) t += iov[i].iov_len;
-  return t;
 }
 
 static ssize_t k_recv_iov(int fd, const struct iovec *iov, int cnt, size_t max, int flags)
@@ -565,8 +559,10 @@ static int switch_tx(r2s_link_t *l, int fd)
     tp->release(st);
     return n < 0 ? (int)n : -EAGAIN;
   }
-  __atomic_store_n(&l->tps, st, __ATOMIC_RELEASE);
+  /* tp first: a reader without the locks (r2s__link_peer_shares_cpu, from
+   * another thread's wait) that sees tps calls through tp. */
   __atomic_store_n(&l->tp, tp, __ATOMIC_RELEASE);
+  __atomic_store_n(&l->tps, st, __ATOMIC_RELEASE);
   queue_ctrl(l, frame, (size_t)len);
   set_tx(l, R2S_TX_FRAMES);
   /* From now on this direction of TCP carries the shim's frames, doorbells
@@ -882,7 +878,7 @@ static bool ring_ends_here(r2s_link_t *l, size_t *want)
 static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
 {
   bool peek = (flags & MSG_PEEK) != 0;
-  size_t want = iov_total(iov, cnt);
+  size_t want = r2s__iov_total(iov, cnt);
   for (int pass = 0; pass < 2; pass++) {
     if (ring_ends_here(l, &want)) return RETRY;
     ssize_t n = TP(l)->get(TPS(l), iov, cnt, want, peek);
@@ -905,6 +901,54 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   return -EAGAIN;
 }
 
+/* One read of the stream as the receive direction's state has it; -EPROTO
+ * and the like fail the link. rx_lock held. */
+static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  ssize_t n;
+  switch (l->rx_state) {
+  case R2S_RX_PROBE:
+  case R2S_RX_PREMARK:
+    n = rx_premark(l, fd, iov, cnt, flags);
+    break;
+  case R2S_RX_FRAMES:
+    n = rx_frames(l, fd, iov, cnt, flags);
+    break;
+  case R2S_RX_RING:
+    n = rx_ring(l, fd, iov, cnt, flags);
+    break;
+  default: {
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
+    if (n < 0) n = -errno;
+  }
+  }
+  if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
+    fail(l, (int)n, l->rx_state == R2S_RX_RING ? "bad frame or ring index from the peer" : "bad frame from the peer");
+  return n;
+}
+
+/* After `got` bytes from the read-ahead buffer, the bytes behind them, as
+ * far as the caller has room: a read returns what is there, and a peek
+ * just before may have seen bytes on both sides of the buffer's end (the
+ * buffer filled between the two, by a sender in another thread). Only
+ * where bytes are known to wait, so that an error or the end of the stream
+ * the kernel reports once is left for the next read. rx_lock held. */
+static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t got, int flags)
+{
+  /* The caller's room is full, or (the same, for a peek) the buffer has
+   * more than it took. */
+  if (got >= r2s__iov_total(iov, cnt) || FAILED(l)) return 0;
+  int queued = 0;
+  bool more = l->rx_state == R2S_RX_RING ? TP(l)->avail(TPS(l)) > 0
+                                         : r2s__libc.ioctl(fd, FIONREAD, &queued) == 0 && queued > 0;
+  if (!more) return 0;
+  struct iovec rest[64];
+  int k = r2s__iov_advance(rest, 64, iov, cnt, got);
+  ssize_t n = recv_by_state(l, fd, rest, k, flags);
+  return n > 0 ? (size_t)n : 0;
+}
+
 ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
 {
   pthread_mutex_lock(&l->rx_lock);
@@ -918,28 +962,12 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       /* Bytes a sender read ahead come before all the socket or ring hold. */
       n = (ssize_t)r2s__readahead_take(&l->rx_ahead, iov, cnt, flags & MSG_PEEK);
       if (n && !r2s__readahead_len(&l->rx_ahead) && l->rx_state == R2S_RX_PLAIN) settle_plain(l);
-      if (n) break;
+      if (n) {
+        n += (ssize_t)recv_past_ahead(l, fd, iov, cnt, (size_t)n, flags);
+        break;
+      }
     }
-    switch (l->rx_state) {
-    case R2S_RX_PROBE:
-    case R2S_RX_PREMARK:
-      n = rx_premark(l, fd, iov, cnt, flags);
-      break;
-    case R2S_RX_FRAMES:
-      n = rx_frames(l, fd, iov, cnt, flags);
-      break;
-    case R2S_RX_RING:
-      n = rx_ring(l, fd, iov, cnt, flags);
-      break;
-    default: {
-      struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
-      n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
-      if (n < 0) n = -errno;
-    }
-    }
-    if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
-      fail(l, (int)n,
-           l->rx_state == R2S_RX_RING ? "bad frame or ring index from the peer" : "bad frame from the peer");
+    n = recv_by_state(l, fd, iov, cnt, flags);
   } while (n == RETRY);
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
   /* After shutdown(SHUT_RD) TCP still hands out what is queued, then the
@@ -1084,7 +1112,7 @@ static ssize_t tx_plain(int fd, const struct iovec *iov, int cnt, int flags)
 
 static ssize_t tx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
 {
-  size_t total = iov_total(iov, cnt);
+  size_t total = r2s__iov_total(iov, cnt);
   if (l->tx_data_left) { /* finish the DATA frame in flight first */
     struct iovec v[64];
     struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)trim_iov(v, iov, cnt, l->tx_data_left)};
@@ -1177,7 +1205,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         n = rc;
         break;
       }
-      n = TP(l)->put(TPS(l), iov, cnt, 0, iov_total(iov, cnt));
+      n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
       if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
       if (n == -EPROTO) { /* the application sees a reset, as on TCP */

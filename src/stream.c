@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "iovec.h"
 #include "libc.h"
 #include "link.h"
 #include "options.h"
@@ -27,31 +28,6 @@
  * meanwhile and our event is ready) sleeps in slices of STOLEN_CAP_MS,
  * doubled back up to SLEEP_CAP_MS by each slice that runs out without it. */
 #define STOLEN_CAP_MS 2
-
-
-/* The iovec from byte `skip` on, in the caller's array `out`. */
-static int advance(struct iovec *out, const struct iovec *iov, int cnt, size_t skip)
-{
-  int k = 0;
-  for (int i = 0; i < cnt; i++) {
-    if (skip >= iov[i].iov_len) {
-      skip -= iov[i].iov_len;
-      continue;
-    }
-    out[k].iov_base = (char *)iov[i].iov_base + skip;
-    out[k].iov_len = iov[i].iov_len - skip;
-    skip = 0;
-    k++;
-  }
-  return k;
-}
-
-static size_t total_len(const struct iovec *iov, int cnt)
-{
-  size_t t = 0;
-  for (int i = 0; i < cnt; i++) t += iov[i].iov_len;
-  return t;
-}
 
 /* A slice of `cap` ms ran out: was our doorbell read by another thread
  * (see STOLEN_CAP_MS)? Sets the link's next slice. */
@@ -150,12 +126,12 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
 {
   R2S_SANITIZE_IOV(iov, cnt);
   r2s_link_t *l = c->link;
-  size_t want = total_len(iov, cnt), done = 0;
+  size_t want = r2s__iov_total(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
   int64_t deadline = 0, began = 0;
   struct iovec rest[64];
   for (;;) {
-    int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
+    int k = r2s__iov_advance(rest, 64, iov, cnt, done);
     int path = r2s__link_rx_path(l);
     ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK);
     if (n > 0) began = 0;
@@ -178,12 +154,12 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
 {
   R2S_SANITIZE_IOV(iov, cnt);
   r2s_link_t *l = c->link;
-  size_t want = total_len(iov, cnt), done = 0;
+  size_t want = r2s__iov_total(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags);
   int64_t deadline = 0, began = 0;
   struct iovec rest[64];
   for (;;) {
-    int k = advance(rest, iov, cnt > 64 ? 64 : cnt, done);
+    int k = r2s__iov_advance(rest, 64, iov, cnt, done);
     int path = r2s__link_tx_path(l);
     ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT);
     if (n > 0) began = 0;
@@ -208,7 +184,7 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
 
 ssize_t r2s__stream_send_oob(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
-  size_t total = total_len(iov, cnt);
+  size_t total = r2s__iov_total(iov, cnt);
   if (total == 0) return 0;
   struct iovec head[64];
   int k = 0;

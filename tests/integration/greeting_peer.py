@@ -7,8 +7,10 @@ server --port P --seed S --greeting G --bytes N
     then reads exactly N bytes (seed S+1) and checks them, then sends "bye"
     and closes. Prints:
       greeting_peer server: received=N
-client --port P --seed S --greeting G --bytes N
-    Connects and sends N bytes without reading anything. Only then does it
+client --port P --seed S --greeting G --bytes N [--peek-first]
+    Connects and sends N bytes without reading anything (with --peek-first:
+    it first peeks the whole greeting, and after sending reads as many
+    bytes as it peeked in one read, which must return them all). Only then does it
     look at the greeting through each way an application can: select()
     must call the socket readable, FIONREAD must count at least one byte,
     a MSG_PEEK must return the greeting's first bytes and leave them, a
@@ -25,6 +27,7 @@ import socket
 import struct
 import sys
 import termios
+import time
 
 from peer_streams import first_difference, stream
 
@@ -65,30 +68,59 @@ def server(args):
     return 0
 
 
+def peek_all(s, n):
+    """MSG_PEEK until n bytes are there (bounded), without taking any."""
+    end = time.monotonic() + DEADLINE
+    while True:
+        try:
+            got = s.recv(n, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            got = b""
+        if len(got) >= n or time.monotonic() > end:
+            return got
+        time.sleep(0.01)
+
+
 def client(args):
     s = socket.create_connection(("127.0.0.1", args.port), timeout=DEADLINE)
     out = stream(args.seed + 1, args.bytes)
+    want = stream(args.seed, args.greeting)
+    first = b""
+    if args.peek_first:
+        # Peek the whole greeting, then send (the shim's sender reads part
+        # of it ahead meanwhile), then read as much as was peeked: one read
+        # must return all of it, as TCP does for bytes already queued.
+        peeked = peek_all(s, args.greeting)
+        check("the peeked greeting", peeked, want)
     for off in range(0, len(out), CHUNK):
         s.sendall(out[off:off + CHUNK])
-    want = stream(args.seed, args.greeting)
-    r, _, _ = select.select([s], [], [], DEADLINE)
-    if not r:
-        raise AssertionError(f"select() did not call the socket readable within {DEADLINE} s")
-    queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-    if queued < 1:
-        raise AssertionError(f"FIONREAD says {queued} bytes although select() says readable")
-    peek = s.recv(64, socket.MSG_PEEK)
-    if not peek or peek != want[:len(peek)]:
-        raise AssertionError(f"MSG_PEEK returned {peek[:16].hex()}..., expected the greeting's first bytes")
-    got = bytearray(s.recv(100, socket.MSG_DONTWAIT))
-    if not got:
-        raise AssertionError("a MSG_DONTWAIT read returned nothing although select() says readable")
-    # MSG_WAITALL waits for all only on a blocking socket (Python's timeout
-    # makes it nonblocking); the run's own bound (read-ahead.sh) covers a hang.
-    s.settimeout(None)
-    got += s.recv(len(want) - len(got), socket.MSG_WAITALL)
-    s.settimeout(DEADLINE)
-    check("the greeting", bytes(got), want)
+    if args.peek_first:
+        first = s.recv(len(peeked))
+        if len(first) != len(peeked):
+            raise AssertionError(f"a read after a MSG_PEEK of {len(peeked)} bytes returned {len(first)}")
+        check("the greeting read after the peek", first, want[:len(first)])
+        want = want[len(first):]
+    got = bytearray()
+    if want:  # with --peek-first the peeked read may have taken it all
+        r, _, _ = select.select([s], [], [], DEADLINE)
+        if not r:
+            raise AssertionError(f"select() did not call the socket readable within {DEADLINE} s")
+        queued = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        if queued < 1:
+            raise AssertionError(f"FIONREAD says {queued} bytes although select() says readable")
+        peek = s.recv(64, socket.MSG_PEEK)
+        if not peek or peek != want[:len(peek)]:
+            raise AssertionError(f"MSG_PEEK returned {peek[:16].hex()}..., expected the greeting's first bytes")
+        got = bytearray(s.recv(100, socket.MSG_DONTWAIT))
+        if not got:
+            raise AssertionError("a MSG_DONTWAIT read returned nothing although select() says readable")
+        # MSG_WAITALL waits for all only on a blocking socket (Python's timeout
+        # makes it nonblocking); the run's own bound (read-ahead.sh) covers a hang.
+        s.settimeout(None)
+        got += s.recv(len(want) - len(got), socket.MSG_WAITALL)
+        s.settimeout(DEADLINE)
+        check("the greeting", bytes(got), want)
+    got = first + bytes(got)
     tail = recv_exact(s, 3)
     if tail != b"bye" or s.recv(1):
         raise AssertionError(f"expected 'bye' and the end of the stream after the greeting, got {tail!r}")
@@ -104,6 +136,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--greeting", type=int, required=True)
     p.add_argument("--bytes", type=int, required=True)
+    p.add_argument("--peek-first", action="store_true",
+                   help="client: peek the whole greeting before sending, then read it in one read")
     args = p.parse_args()
     return server(args) if args.role == "server" else client(args)
 

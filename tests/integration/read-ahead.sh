@@ -7,13 +7,18 @@
 # bounded buffer (docs/protocol.md, "Application bytes in front of control
 # frames"); the application then finds it through select, FIONREAD,
 # MSG_PEEK, MSG_DONTWAIT and MSG_WAITALL reads, byte for byte. Two runs.
-#   usage: read-ahead.sh within|beyond
+#   usage: read-ahead.sh within|beyond|peek-past
 #   within: a 16 KiB greeting; under auto the client's N bytes must go
 #           through shared memory (>= 90%). Before the buffer existed they
 #           all went as TCP frames.
 #   beyond: a 256 KiB greeting, more than the buffer holds: the client's
 #           shim cannot reach the handshake and goes on with TCP frames;
 #           only the bytes, in order, are asserted.
+#   peek-past: a 96 KiB greeting that the client peeks whole before it
+#           sends (its shim's sender then reads 64 KiB of it ahead, the
+#           rest stays in the socket), then reads with one read of the
+#           peeked length, which must return all of it: the read continues
+#           past the buffer's end (before the fix, it returned 65536).
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
@@ -21,11 +26,13 @@ source "$(dirname "$0")/mixed-lib.sh"
 r2s_python
 
 PEER=$(dirname "$0")/greeting_peer.py
-mode=${1:?usage: read-ahead.sh within|beyond}
+mode=${1:?usage: read-ahead.sh within|beyond|peek-past}
 N=$((128 << 20))
+client_opts=()
 case $mode in
   within) G=$((16 << 10)) ;;
   beyond) G=$((256 << 10)) ;;
+  peek-past) G=$((96 << 10)) N=$((8 << 20)) client_opts=(--peek-first) ;;
   *) fail "unknown mode '$mode'" ;;
 esac
 server_env=()
@@ -39,7 +46,7 @@ for i in 1 2; do
     --seed "$i" --greeting "$G" --bytes "$N"
   shim_at "$TMP/client-$i.stats"
   run_to "$TMP/client-$i.out" 60 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --seed "$i" \
-    --greeting "$G" --bytes "$N"
+    --greeting "$G" --bytes "$N" "${client_opts[@]}"
   wait_server "server-$i" 30
   got=$(grep '^greeting_peer server:' "$TMP/server-$i.log" || true)
   [[ $got == "greeting_peer server: received=$N" ]] || fail "run $i: the server printed '$got', expected received=$N"
