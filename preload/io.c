@@ -167,9 +167,15 @@ R2S_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_A
 R2S_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, flags);
-  if (c && !r2s__conn_passthrough(c) && !msg->msg_controllen) {
+  if (c && !r2s__conn_passthrough(c)) {
+    /* A buffer for ancillary data changes nothing: the stream's bytes
+     * come through the link like any read's (straight from the kernel
+     * they could be the shim's frames). TCP adds ancillary data only for
+     * options such as SO_TIMESTAMP or TCP_INQ, which a carried connection
+     * does not give: there is none. */
     msg->msg_namelen = 0;
     msg->msg_flags = 0;
+    msg->msg_controllen = 0;
     return engine_recv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
   }
   ssize_t r = r2s__libc.recvmsg(fd, msg, flags);
@@ -193,6 +199,7 @@ R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
       vec[i].msg_len = (unsigned)n;
       vec[i].msg_hdr.msg_namelen = 0;
       vec[i].msg_hdr.msg_flags = 0;
+      vec[i].msg_hdr.msg_controllen = 0; /* as recvmsg: none */
     }
     r2s__conn_put(c);
     if (i == 0 && n < 0) {

@@ -92,6 +92,30 @@ static ssize_t peek_then_read(sc_session_t *s, size_t want)
   return got;
 }
 
+/* recvmsg with room for ancillary data, as some frameworks always give:
+ * the stream's bytes come back as with any read, and TCP without
+ * timestamp options has no ancillary data to add. */
+static ssize_t recvmsg_with_control(sc_session_t *s, struct iovec *iov, size_t want)
+{
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(64)];
+  } control;
+  struct msghdr mh;
+  memset(&mh, 0, sizeof(mh));
+  mh.msg_iov = iov;
+  mh.msg_iovlen = (size_t)split_iov(iov, s->rxbuf, want, &s->rx_rng);
+  mh.msg_control = control.buf;
+  mh.msg_controllen = sizeof control.buf;
+  ssize_t got = recvmsg(s->fd, &mh, 0);
+  if (got > 0 && (mh.msg_controllen != 0 || (mh.msg_flags & MSG_CTRUNC))) {
+    sc_rx_fail(s, "recvmsg with a control buffer returned %zu bytes of ancillary data (flags %#x)",
+               (size_t)mh.msg_controllen, (unsigned)mh.msg_flags);
+    return SC_IO_BROKEN;
+  }
+  return got;
+}
+
 /* Linux returns a short MSG_WAITALL read only at EOF, on an error or on a
  * signal (none is caught here), so a short result on a connection that is
  * still open and has no error is a broken recv. */
@@ -113,7 +137,7 @@ ssize_t sc_io_read(sc_session_t *s, size_t want, bool blocking)
   struct iovec iov[IOV_PIECES + 1];
   struct msghdr mh;
 
-  switch (sc_rand_below(&s->rx_rng, blocking ? 7 : 6)) {
+  switch (sc_rand_below(&s->rx_rng, blocking ? 8 : 7)) {
   case 0:
     return read(s->fd, s->rxbuf, want);
   case 1:
@@ -128,6 +152,8 @@ ssize_t sc_io_read(sc_session_t *s, size_t want, bool blocking)
     mh.msg_iovlen = (size_t)split_iov(iov, s->rxbuf, want, &s->rx_rng);
     return recvmsg(s->fd, &mh, 0);
   case 5:
+    return recvmsg_with_control(s, iov, want);
+  case 6:
     return peek_then_read(s, want);
   default:
     return recv_waitall(s, want);
