@@ -3,12 +3,14 @@
  * connection served by the kernel goes to libc too, and its bytes are
  * counted; one whose bytes the shim moves goes to the stream engine. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "iovec.h"
 #include "stream.h"
 #include "wrap.h"
 
@@ -43,10 +45,19 @@ static ssize_t engine_send(r2s_conn_t *c, int fd, const struct iovec *iov, int c
   return engine_ret(c, r2s__stream_send(c, fd, iov, cnt, flags));
 }
 
+/* read(2) and readv(2) of no bytes: the kernel answers before it looks at
+ * the socket (sock_read_iter: 0, whatever is queued, ended or pending; or
+ * EINVAL for a bad count), so its answer is the answer, and the link is
+ * not asked. recv and recvmsg of no bytes do look: stream.c. */
+static bool reads_nothing(const struct iovec *iov, int cnt)
+{
+  return cnt <= 0 || (cnt <= IOV_MAX && r2s__iov_total(iov, cnt) == 0);
+}
+
 R2S_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, 0);
-  if (c && !r2s__conn_passthrough(c)) return engine_recv(c, fd, &(struct iovec){buf, n}, 1, 0);
+  if (c && !r2s__conn_passthrough(c) && n) return engine_recv(c, fd, &(struct iovec){buf, n}, 1, 0);
   ssize_t r = r2s__libc.read(fd, buf, n);
   if (c) wrap_done_rx(c, fd, r);
   return r;
@@ -64,7 +75,7 @@ R2S_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 R2S_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, 0);
-  if (c && !r2s__conn_passthrough(c)) return engine_recv(c, fd, iov, cnt, 0);
+  if (c && !r2s__conn_passthrough(c) && !reads_nothing(iov, cnt)) return engine_recv(c, fd, iov, cnt, 0);
   ssize_t r = r2s__libc.readv(fd, iov, cnt);
   if (c) wrap_done_rx(c, fd, r);
   return r;
@@ -188,14 +199,16 @@ R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
   r2s_conn_t *c = wrap_io_lookup(fd, flags);
   if (c && !r2s__conn_passthrough(c)) {
     /* The first message waits as the socket says; the rest take what is
-     * there (MSG_WAITFORONE is the only behaviour a stream can give). */
+     * there (MSG_WAITFORONE is the only behaviour a stream can give). A
+     * message of 0 bytes (the end of the stream, or an empty iovec) counts,
+     * as the kernel counts it. */
     unsigned i = 0;
     ssize_t n = 0;
     for (; i < vlen; i++) {
       int f = i ? (flags | MSG_DONTWAIT) : flags;
       n = r2s__stream_recv(c, fd, vec[i].msg_hdr.msg_iov, (int)vec[i].msg_hdr.msg_iovlen,
                            f & ~MSG_WAITFORONE);
-      if (n <= 0) break;
+      if (n < 0) break;
       vec[i].msg_len = (unsigned)n;
       vec[i].msg_hdr.msg_namelen = 0;
       vec[i].msg_hdr.msg_flags = 0;

@@ -951,6 +951,9 @@ static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, in
 
 ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
 {
+  /* Each state reads 0 from below as the end of the stream and keeps it
+   * (rx_eof): an empty read would end the stream for good. */
+  if (r2s__iov_total(iov, cnt) == 0) return -EINVAL;
   pthread_mutex_lock(&l->rx_lock);
   ssize_t n;
   do {

@@ -129,7 +129,10 @@ static inline bool r2s__link_passthrough(const r2s_link_t *l)
 }
 
 /* Nonblocking stream operations (see the contract above). flags: MSG_PEEK
- * for recv; MSG_MORE is ignored. */
+ * for recv; MSG_MORE is ignored. A recv's iov describes at least one byte:
+ * 0 is the end of the stream, so an empty read cannot be told from it
+ * (stream.c answers those itself); an empty one gets -EINVAL and leaves
+ * the link as it was. */
 ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
 ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
 

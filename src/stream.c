@@ -122,11 +122,37 @@ static bool nonblocking(r2s_conn_t *c, int flags)
   return (flags & MSG_DONTWAIT) || (r2s__conn_flags(c) & R2S_CONN_NONBLOCK);
 }
 
+/* A receive of no bytes (recv, recvfrom, recvmsg; read and readv never get
+ * here, see preload/io.c). Linux's tcp_recvmsg, measured on 6.18, takes no
+ * byte and answers with what a read would meet first: 0 for bytes or the
+ * end of the stream, the pending error when no byte is in front of it,
+ * EAGAIN when nonblocking and nothing is there. A blocking one waits for
+ * the socket's first wake-up, whatever it is (bytes, end, error, SO_RCVTIMEO,
+ * a signal), and then returns 0. The link reads an empty read as the end of
+ * the stream (recvmsg's 0), so it is never given one: a one-byte peek asks
+ * the same question without moving the stream. After a wait, 0 as the
+ * kernel: an error that came meanwhile is left for the next read. */
+static ssize_t recv_nothing(r2s_conn_t *c, int fd, int flags)
+{
+  char byte;
+  struct iovec one = {&byte, 1};
+  bool nb = nonblocking(c, flags);
+  int64_t deadline = 0, began = 0;
+  for (bool waited = false;; waited = true) {
+    ssize_t n = r2s__link_recv(c->link, fd, &one, 1, MSG_PEEK);
+    if (n != -EAGAIN) return n >= 0 || waited ? 0 : n;
+    if (nb) return -EAGAIN;
+    if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
+    if (wait_for(c, fd, POLLIN, deadline, &began) < 0) return 0;
+  }
+}
+
 ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
   R2S_SANITIZE_IOV(iov, cnt);
   r2s_link_t *l = c->link;
   size_t want = r2s__iov_total(iov, cnt), done = 0;
+  if (want == 0) return recv_nothing(c, fd, flags);
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
   int64_t deadline = 0, began = 0;
   struct iovec rest[64];
@@ -141,7 +167,7 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
       if (!waitall || done >= want) return (ssize_t)done;
       continue;
     }
-    if (n == 0 || want == 0) return (ssize_t)done;
+    if (n == 0) return (ssize_t)done;
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);

@@ -132,11 +132,84 @@ static ssize_t recv_waitall(sc_session_t *s, size_t want)
   return got;
 }
 
+/* A read of no bytes. Linux answers 0 without taking a byte, whatever is
+ * queued: read and readv at once; recv and recvmsg once a byte or the end
+ * of the stream is there (a blocking one waits for it, which always comes
+ * here: the caller reads only what the peer still sends), and EAGAIN
+ * instead when nonblocking and nothing is there; recvmmsg counts one empty
+ * message. A shim that took such a read for the end of the stream would
+ * end it early, which the stream's check then reports. */
+static int zero_read(sc_session_t *s, bool blocking)
+{
+  struct iovec iov[2] = {{s->rxbuf, 0}, {s->rxbuf, 0}};
+  struct msghdr mh;
+  struct mmsghdr mm;
+  const char *how;
+  ssize_t r, ok = 0;
+  bool may_wait = false; /* recv-like: EAGAIN is allowed on a nonblocking socket */
+
+  memset(&mh, 0, sizeof(mh));
+  memset(&mm, 0, sizeof(mm));
+  switch (sc_rand_below(&s->rx_rng, 10)) {
+  case 0:
+    how = "read(fd, buf, 0)";
+    r = read(s->fd, s->rxbuf, 0);
+    break;
+  case 1:
+    how = "readv with no iovec";
+    r = readv(s->fd, iov, 0);
+    break;
+  case 2:
+    how = "readv with two empty iovecs";
+    r = readv(s->fd, iov, 2);
+    break;
+  case 3:
+    how = "recv(fd, buf, 0, 0)", may_wait = true;
+    r = recv(s->fd, s->rxbuf, 0, 0);
+    break;
+  case 4:
+    how = "recvfrom(fd, buf, 0, 0)", may_wait = true;
+    r = recvfrom(s->fd, s->rxbuf, 0, 0, NULL, NULL);
+    break;
+  case 5:
+    how = "recvmsg with no iovec", may_wait = true;
+    r = recvmsg(s->fd, &mh, 0);
+    break;
+  case 6:
+    how = "recvmsg with an empty iovec", may_wait = true;
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 1;
+    r = recvmsg(s->fd, &mh, 0);
+    break;
+  case 7:
+    how = "recv(fd, buf, 0, MSG_PEEK)", may_wait = true;
+    r = recv(s->fd, s->rxbuf, 0, MSG_PEEK);
+    break;
+  case 8:
+    how = "recv(fd, buf, 0, MSG_DONTWAIT)", may_wait = true, blocking = false;
+    r = recv(s->fd, s->rxbuf, 0, MSG_DONTWAIT);
+    break;
+  default:
+    how = "recvmmsg of one empty message", may_wait = true, ok = 1;
+    mm.msg_hdr.msg_iov = iov;
+    mm.msg_hdr.msg_iovlen = 1;
+    mm.msg_len = 1; /* must become 0 */
+    r = recvmmsg(s->fd, &mm, 1, 0, NULL);
+    if (r == 1 && mm.msg_len != 0) r = 2;
+    break;
+  }
+  if (r == ok) return 0;
+  if (r < 0 && may_wait && !blocking && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+  if (r < 0) return sc_rx_fail(s, "%s failed: %s", how, strerror(errno));
+  return sc_rx_fail(s, "%s returned %zd, expected %zd", how, r, ok);
+}
+
 ssize_t sc_io_read(sc_session_t *s, size_t want, bool blocking)
 {
   struct iovec iov[IOV_PIECES + 1];
   struct msghdr mh;
 
+  if ((s->p.flags & SC_F_ZERO_READS) && s->hdr_known && zero_read(s, blocking) != 0) return SC_IO_BROKEN;
   switch (sc_rand_below(&s->rx_rng, blocking ? 8 : 7)) {
   case 0:
     return read(s->fd, s->rxbuf, want);

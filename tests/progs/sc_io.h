@@ -3,12 +3,16 @@
  * point picked at random (read/recv/recvfrom/readv/recvmsg, recv with
  * MSG_WAITALL, recv with MSG_PEEK followed by the real read; write/send/
  * sendto/writev/sendmsg with several iovecs), so that every wrapper of a
- * preloaded shim carries verified traffic.
+ * preloaded shim carries verified traffic. With SC_F_ZERO_READS each read
+ * comes after a read of no bytes, picked the same way (read, recv, readv
+ * and recvmsg with no iovec or empty ones, MSG_PEEK, MSG_DONTWAIT,
+ * recvmmsg), which must take no byte and answer as Linux does.
  *
  * Contract: return the byte count, 0 for EOF (reads), -1 with errno set by
  * libc (EAGAIN, EINTR, ...), or SC_IO_BROKEN when a call broke its own
  * contract (peeked bytes differ from read ones, MSG_WAITALL came back short
- * on an open connection); the message is then in the session's rx_err.
+ * on an open connection, a read of no bytes answered other than 0 or
+ * EAGAIN); the message is then in the session's rx_err.
  */
 #ifndef SC_IO_H
 #define SC_IO_H

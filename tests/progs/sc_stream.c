@@ -321,7 +321,7 @@ static int parse_header(sc_session_t *s)
   uint32_t magic = get_le32(h), flags = get_le32(h + 4);
 
   if (magic != SC_MAGIC) return sc_rx_fail(s, "bad header magic 0x%08x (expected 0x%08x)", magic, SC_MAGIC);
-  if (flags & ~(uint32_t)(SC_F_HALFCLOSE | SC_F_BIDIR))
+  if (flags & ~(uint32_t)(SC_F_HALFCLOSE | SC_F_BIDIR | SC_F_ZERO_READS))
     return sc_rx_fail(s, "unknown header flags 0x%x", flags);
   s->p.flags = flags;
   s->p.seed = get_le64(h + 8);

@@ -37,6 +37,7 @@ enum sc_role { SC_CLIENT, SC_SERVER };
 enum {
   SC_F_HALFCLOSE = 1u << 0, /* client sends FIN, server reads to EOF first */
   SC_F_BIDIR = 1u << 1,     /* s2c data flows while c2s data does */
+  SC_F_ZERO_READS = 1u << 2, /* both ends slip reads of no bytes between their reads (sc_io.h) */
 };
 
 struct sc_params {

@@ -44,11 +44,12 @@ static noreturn void usage(void)
                   "                           [--once | --conns N] [--ready-fd FD] [--timeout S]\n"
                   "       stream_check client [--host ADDR] --port P [--bytes N] [--reply-bytes N]\n"
                   "                           [--seed S] [--mode M] [--conns N] [--halfclose] [--bidir]\n"
-                  "                           [--timeout S]\n"
+                  "                           [--zero-reads] [--timeout S]\n"
                   "  M: block | nonblock-epoll-et | poll (default block); sizes take K, M, G.\n"
                   "  --v6: listen on an IPv6 dual-stack socket (default host ::).\n"
                   "  --ready-fd: write the listening port to FD once listening (--port 0 picks one).\n"
-                  "  --reply-bytes: server-to-client bytes (default: --bytes).\n");
+                  "  --reply-bytes: server-to-client bytes (default: --bytes).\n"
+                  "  --zero-reads: both ends slip a read of no bytes before each read (sc_io.h).\n");
   exit(SC_EXIT_USAGE);
 }
 
@@ -68,6 +69,7 @@ static void parse(int argc, char **argv, struct opts *o)
       {"seed", required_argument, NULL, 's'},
       {"halfclose", no_argument, NULL, 'h'},
       {"bidir", no_argument, NULL, 'B'},
+      {"zero-reads", no_argument, NULL, 'z'},
       {NULL, 0, NULL, 0},
   };
   long v;
@@ -129,6 +131,9 @@ static void parse(int argc, char **argv, struct opts *o)
     case 'B':
       o->p.flags |= SC_F_BIDIR;
       break;
+    case 'z':
+      o->p.flags |= SC_F_ZERO_READS;
+      break;
     default:
       usage();
     }
@@ -141,8 +146,10 @@ static void parse(int argc, char **argv, struct opts *o)
 
 static const char *flags_name(uint32_t flags)
 {
-  static const char *const names[] = {"none", "halfclose", "bidir", "halfclose,bidir"};
-  return names[flags & 3];
+  static const char *const names[] = {"none",       "halfclose",       "bidir",       "halfclose,bidir",
+                                      "zero-reads", "halfclose,zero-reads", "bidir,zero-reads",
+                                      "halfclose,bidir,zero-reads"};
+  return names[flags & 7];
 }
 
 /* Prints the one-line summary (and each failed connection's reason) and
