@@ -315,6 +315,18 @@ static bool awaits_peer_locked(const r2s_link_t *l)
   return !l->no_ring && TP(l) && TP(l)->needs_ready && !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
 }
 
+#define READ_AHEAD_WINDOW_NS 1000000000ll
+
+bool r2s__link_may_read_ahead(r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_FRAMES) return false;
+  if (r2s__now_ns() - __atomic_load_n(&l->framed_at, __ATOMIC_RELAXED) > READ_AHEAD_WINDOW_NS) return false;
+  if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return true;
+  const r2s_transport_t *tp = __atomic_load_n(&l->tp, __ATOMIC_ACQUIRE);
+  return tp && tp->needs_ready && !__atomic_load_n(&l->no_ring, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
+}
+
 /* ---- send side: control bytes ---- */
 
 /* Queues control bytes behind anything still pending; tx_lock held. */
@@ -389,7 +401,7 @@ static void connect_tp_locked(r2s_link_t *l, int fd)
   if (rc < 0) {
     r2s__debug("cannot connect the %s transport to the peer (%s): staying on TCP frames", TP(l)->name,
                strerror(-rc));
-    l->no_ring = true;
+    __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE);
     l->tcp_reason = rc == -ENOPROTOOPT ? R2S_REASON_UNREACHABLE : R2S_REASON_NO_RESOURCES;
     send_decline_locked(l, fd, rc == -ENOPROTOOPT ? 1 : 2);
     return;
@@ -564,6 +576,7 @@ static int switch_tx(r2s_link_t *l, int fd)
   __atomic_store_n(&l->tp, tp, __ATOMIC_RELEASE);
   __atomic_store_n(&l->tps, st, __ATOMIC_RELEASE);
   queue_ctrl(l, frame, (size_t)len);
+  __atomic_store_n(&l->framed_at, r2s__now_ns(), __ATOMIC_RELAXED);
   set_tx(l, R2S_TX_FRAMES);
   /* From now on this direction of TCP carries the shim's frames, doorbells
    * above all: a doorbell held back by Nagle until the peer's delayed ACK
@@ -594,7 +607,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
   memset(&mine, 0, sizeof mine);
   if (r2s__hostid(&me) == 0) memcpy(mine.boot_id, me.boot_id, 16), mine.netns = me.netns;
   if (!TP(l)->reaches(&mine, &l->peer_hs)) { /* another host: DATA frames over TCP */
-    l->no_ring = true;
+    __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE);
     l->tcp_reason = R2S_REASON_UNREACHABLE;
     send_decline_locked(l, fd, 1);
     return;
@@ -602,7 +615,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
   int rc = TP(l)->attach(TPS(l), &l->peer_hs);
   if (rc < 0) {
     r2s__debug("cannot attach the peer's ring (%s): staying on TCP frames", strerror(-rc));
-    l->no_ring = true; /* do not try again */
+    __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE); /* do not try again */
     /* A peer running as another user cannot share memory with us: that is
      * the isolation working, not a shortage. */
     l->tcp_reason = (rc == -EACCES || rc == -EPERM) ? R2S_REASON_OTHER_USER : R2S_REASON_NO_RESOURCES;

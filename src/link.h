@@ -87,6 +87,7 @@ struct r2s_link_s {
   uint64_t tx_plain_bytes;                 /* sent over plain TCP before the switch */
   uint64_t tx_frame_bytes;                 /* sent in DATA frames since the last probe */
   bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
+  int64_t framed_at;                       /* when the send direction switched to frames (ns) */
   int tcp_reason;                          /* r2s_reason_t once a direction settled on TCP */
   void (*on_upgrade)(void *arg, int path); /* first direction into a ring */
   void *on_upgrade_arg;
@@ -169,6 +170,13 @@ int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe);
 /* Whether the peer last ran on the CPU this thread runs on (a hint, see
  * transport.h peer_shares_cpu): a poll for it should yield at once. */
 bool r2s__link_peer_shares_cpu(r2s_link_t *l);
+/* Whether a sender may now move the peer's bytes from the socket into the
+ * read-ahead buffer (it waits for the peer's handshake or READY, for at
+ * most a second since it switched: a peer that never answers leaves the
+ * link on frames, and its idle readers must not wake every slice): a
+ * reader asleep in the kernel meanwhile is not woken by that, so its
+ * sleeps are kept short while it may happen. */
+bool r2s__link_may_read_ahead(r2s_link_t *l);
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a

@@ -19,6 +19,7 @@
 #include "stats.h"
 
 #define SLEEP_CAP_MS 100
+#define READ_AHEAD_SLICE_MS 1
 /* A doorbell is a byte on the socket that any thread of the connection may
  * read: a reader in recv() takes the one rung for a writer blocked in send()
  * on another thread (and the other way round), often between the kernel
@@ -44,13 +45,22 @@ typedef struct spin_look_s {
   r2s_link_t *l;
   int fd;
   short events;
+  bool kernel; /* the link does not own the events: only the kernel can tell */
 } spin_look_t;
 
+/* Ends the poll when the ring is ready, and also when the link does not own
+ * the events (before the peer's switch, DATA frames still to be sent over
+ * TCP, after PLAIN): the ring will never answer those, and taking "not
+ * mine" for "look again" made a blocked read spin on the socket at full
+ * CPU, a server waiting for its request above all. Those wait in the
+ * kernel instead. */
 static bool spin_ready(void *arg)
 {
   spin_look_t *s = arg;
   short owned, rev = r2s__link_poll(s->l, s->fd, s->events, &owned);
-  return (rev & owned & s->events) || !(owned & s->events);
+  if (rev & owned & s->events) return true;
+  s->kernel = !(owned & s->events);
+  return s->kernel;
 }
 
 /* Waits until `events` may be ready on the link, or the deadline (0: none)
@@ -64,8 +74,9 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   if (!*began) *began = r2s__now_ns();
   /* Poll the ring first: a peer that answers soon costs less to wait for
    * than a doorbell and a sleep (spin.h). */
-  spin_look_t look = {l, fd, events};
-  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true), r2s__link_peer_shares_cpu(l))) {
+  spin_look_t look = {l, fd, events, false};
+  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true), r2s__link_peer_shares_cpu(l)) &&
+      !look.kernel) {
     r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
     *began = 0;
     return 0;
@@ -78,6 +89,9 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   }
   int cap = (int)__atomic_load_n(&l->wait_cap_ms, __ATOMIC_RELAXED);
   if (cap <= 0 || cap > SLEEP_CAP_MS) cap = SLEEP_CAP_MS;
+  /* Bytes a sender reads ahead leave the socket without waking us: while
+   * that can happen (the handshake phase only), sleep in short slices. */
+  if ((events & POLLIN) && cap > READ_AHEAD_SLICE_MS && r2s__link_may_read_ahead(l)) cap = READ_AHEAD_SLICE_MS;
   int ms = cap;
   if (deadline) {
     int64_t left = deadline - r2s__now_ns();

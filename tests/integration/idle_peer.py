@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Both ends of a request and a reply with a pause before each, so that each
+end blocks in recv() while its peer is idle: the server waits for the
+request, the client for the reply. Each end prints how long its blocked
+recv lasted and how much CPU its thread used meanwhile:
+
+    idle_peer server: waited=SECONDS cpu=SECONDS
+    idle_peer client: waited=SECONDS cpu=SECONDS
+
+A blocked read must sleep, not poll the socket (tests/integration/idle-wait.sh).
+
+    idle_peer.py server --port P --pause S
+    idle_peer.py client --port P --pause S
+"""
+import argparse
+import resource
+import socket
+import sys
+import time
+
+MSG = 64
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_recv(s, who):
+    t0, c0 = time.monotonic(), cpu()
+    data = s.recv(MSG)
+    waited, used = time.monotonic() - t0, cpu() - c0
+    print(f"idle_peer {who}: waited={waited:.3f} cpu={used:.3f}", flush=True)
+    return data
+
+
+def recv_exactly(s, data, who):
+    while len(data) < MSG:
+        more = s.recv(MSG - len(data))
+        if not more:
+            sys.exit(f"idle_peer {who}: end of stream after {len(data)} of {MSG} bytes")
+        data += more
+    return data
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("role", choices=["server", "client"])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--pause", type=float, default=1.5)
+    a = ap.parse_args()
+    request, reply = bytes(range(MSG)), bytes(reversed(range(MSG)))
+    if a.role == "server":
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", a.port))
+        ls.listen(1)
+        s, _ = ls.accept()
+        got = recv_exactly(s, timed_recv(s, "server"), "server")
+        if got != request:
+            sys.exit("idle_peer server: the request differs from what was sent")
+        time.sleep(a.pause)
+        s.sendall(reply)
+        if s.recv(1) != b"":
+            sys.exit("idle_peer server: bytes after the request")
+    else:
+        s = socket.create_connection(("127.0.0.1", a.port))
+        time.sleep(a.pause)
+        s.sendall(request)
+        got = recv_exactly(s, timed_recv(s, "client"), "client")
+        if got != reply:
+            sys.exit("idle_peer client: the reply differs from what was sent")
+        s.shutdown(socket.SHUT_WR)
+    s.close()
+
+
+if __name__ == "__main__":
+    main()
