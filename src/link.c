@@ -1601,6 +1601,17 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
   return r2s__libc.shutdown(fd, how) < 0 ? -errno : 0;
 }
 
+/* The application asked for an abortive close (SO_LINGER on, 0 s): the
+ * kernel answers the close with a reset, and the peer must see ECONNRESET
+ * after the bytes it already has, as on TCP, not the orderly end the
+ * reaper would give it. */
+static bool aborts(int fd)
+{
+  struct linger lg = {0, 0};
+  socklen_t len = sizeof lg;
+  return r2s__libc.getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff && lg.l_linger == 0;
+}
+
 void r2s__link_close(r2s_link_t *l, int fd)
 {
   pthread_mutex_lock(&l->rx_lock);
@@ -1669,7 +1680,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
      * kernel no longer has them, so it is asked to. */
     struct linger abort_now = {1, 0};
     (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
-  } else if (!FAILED(l) && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
+  } else if (!FAILED(l) && !aborts(fd) && (ring_only || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
     (void)r2s__reaper_adopt(fd);
   }
 }
