@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# A blocked read sleeps while its peer is idle, before and after the switch:
-# a server waiting for its client's request (its link still in PROBE) and a
-# client waiting for the reply (its link past the server's hello, PREMARK)
-# each block in recv() for PAUSE seconds (tests/integration/idle_peer.py).
-# Each must use under a quarter of that time in CPU, and under the shim each
-# end must have slept in the kernel (waits_sleep > 0). Before the fix, a
-# wait whose events the link did not own yet took "not mine" for "look
-# again" and polled the socket at full CPU: waits_sleep stayed 0 and the
-# reader used most of its wait in CPU (1.1 of 3 s on a loaded machine).
-# A sleeping reader uses almost none, whatever the load, so the CPU bound
-# cannot fail a correct shim; a busy one can pass it only on a machine so
-# loaded that it gets under a quarter of a core, hence waits_sleep as well.
+# A blocked call sleeps while its peer is idle, on events the link does not
+# own (tests/integration/idle_peer.py). Each blocked end must use under a
+# quarter of its wait in CPU, and under the shim sleep in the kernel
+# (waits_sleep > 0). Before the fix such a wait took "not mine" for "look
+# again" and polled the socket at full CPU (waits_sleep stayed 0). A
+# sleeping end uses almost none, whatever the load, so the CPU bound cannot
+# fail a correct shim; a busy one could pass it only on a machine so loaded
+# that it got under a quarter of a core, hence waits_sleep as well.
+#   usage: idle-wait.sh read|write-frames
+#   read:  a server waiting for its client's request (its link still in
+#          PROBE) and a client waiting for the reply each block in recv()
+#          for PAUSE seconds. Old library: the server used 0.42 s of CPU
+#          in 1.5 s.
+#   write-frames: the client runs as nobody (setpriv), so neither end may
+#          map the other's ring and the server's bytes go in DATA frames
+#          over TCP; the server writes 32 MiB with one blocking sendall
+#          while the client sleeps PAUSE seconds before reading, so the
+#          writer blocks on a full socket. Both ends must count the
+#          connection in tcp_other_user. Old library: 1.88 s of CPU in a
+#          3.1 s wait. Needs root and setpriv (skipped otherwise).
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
@@ -19,23 +27,56 @@ r2s_python
 
 PEER=$(dirname "$0")/idle_peer.py
 PAUSE=1.5
+mode=${1:?usage: idle-wait.sh read|write-frames}
+as_client=() peer_opts=() ends=(server client)
+case $mode in
+  read) ;;
+  write-frames)
+    needs_rings "nothing to check without the shim" "no ring is ever offered, so no DATA frame is sent"
+    [[ $(id -u) == 0 ]] || skip "running the client as nobody needs root"
+    command -v setpriv >/dev/null || skip "setpriv is not installed"
+    setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$R2SOCK_LIB" ||
+      skip "user nobody cannot read $R2SOCK_LIB (a parent directory is not world-searchable)"
+    setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$PEER" ||
+      skip "user nobody cannot read $PEER (a parent directory is not world-searchable)"
+    as_client=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    # A python3 of root's own (pyenv) may be out of nobody's reach.
+    "${as_client[@]}" env "$PY" -c '' 2>/dev/null || PY_CLIENT=/usr/bin/python3
+    "${as_client[@]}" env "${PY_CLIENT:-$PY}" -c '' 2>/dev/null || skip "user nobody cannot run python3"
+    chmod 1777 "$TMP" # the client's stats file must be writable by nobody
+    peer_opts=(--write $((32 << 20)))
+    ends=(server)
+    ;;
+  *) fail "unknown mode '$mode'" ;;
+esac
 SHIM=()
 port=$(free_port)
 shim_at "$TMP/server.stats"
-start_server server "$port" "${SHIM_AT[@]}" "$PY" "$PEER" server --port "$port" --pause "$PAUSE"
+start_server server "$port" "${SHIM_AT[@]}" "$PY" "$PEER" server --port "$port" --pause "$PAUSE" "${peer_opts[@]}"
 shim_at "$TMP/client.stats"
-run_to "$TMP/client.out" 30 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --pause "$PAUSE"
-wait_server server 20
-for end in server client; do
+run_to "$TMP/client.out" 60 "${as_client[@]}" "${SHIM_AT[@]}" "${PY_CLIENT:-$PY}" "$PEER" client --port "$port" --pause "$PAUSE" \
+  "${peer_opts[@]}"
+wait_server server 30
+if [[ $mode == write-frames ]]; then
+  grep -q "^idle_peer client: received=$((32 << 20))\$" "$TMP/client.out" ||
+    fail "the client did not receive the server's 32 MiB: $(tail -n 3 "$TMP/client.out")"
+  for end in server client; do
+    ou=$(STATS=$TMP/$end.stats stats_sum tcp_other_user)
+    shm=$(STATS=$TMP/$end.stats stats_sum conn_shm)
+    ((ou == 1 && shm == 0)) ||
+      fail "the $end should count the connection in tcp_other_user (saw $ou) and none in conn_shm (saw $shm)"
+  done
+fi
+for end in "${ends[@]}"; do
   [[ $end == server ]] && out=$TMP/server.log || out=$TMP/client.out
-  line=$(grep "^idle_peer $end: waited=" "$out" || true)
+  line=$(grep "^idle_peer $end: .*waited=" "$out" || true)
   [[ -n $line ]] || fail "the $end printed no wait: $(tail -n 3 "$out")"
   log "$line"
   read -r waited used < <(sed -E 's/.*waited=([0-9.]+) cpu=([0-9.]+)/\1 \2/' <<<"$line")
   awk -v w="$waited" -v p="$PAUSE" 'BEGIN { exit !(w >= p / 2) }' ||
-    fail "the $end's recv returned after $waited s: it should have waited for its peer's pause of $PAUSE s"
+    fail "the $end's call returned after $waited s: it should have waited for its peer's pause of $PAUSE s"
   awk -v w="$waited" -v c="$used" 'BEGIN { exit !(c < w / 4) }' ||
-    fail "the $end used $used s of CPU in a recv blocked for $waited s: it polled instead of sleeping"
+    fail "the $end used $used s of CPU in a call blocked for $waited s: it polled instead of sleeping"
   if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} != never ]]; then
     sleeps=$(STATS=$TMP/$end.stats stats_sum waits_sleep)
     ((sleeps > 0)) || fail "the $end's shim never slept in the kernel (waits_sleep=0) during a $waited s wait"
@@ -43,5 +84,9 @@ for end in server client; do
   fi
 done
 [[ -z $R2SOCK_LIB ]] || cat "$TMP/server.stats" "$TMP/client.stats" >>"$STATS"
-check_stats conns=2 bytes=128 procs=2
+if [[ $mode == write-frames ]]; then
+  check_stats conns=2 bytes=$((32 << 20)) procs=2
+else
+  check_stats conns=2 bytes=128 procs=2
+fi
 log PASS

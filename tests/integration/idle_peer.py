@@ -11,12 +11,21 @@ A blocked read must sleep, not poll the socket (tests/integration/idle-wait.sh).
 
     idle_peer.py server --port P --pause S
     idle_peer.py client --port P --pause S
+
+With --write N the roles turn: after the request the server sends N bytes
+with one blocking sendall while the client sleeps PAUSE seconds before it
+reads them all, so the server's writer blocks on a full connection:
+
+    idle_peer server: sent=N waited=SECONDS cpu=SECONDS
+    idle_peer client: received=N
 """
 import argparse
 import resource
 import socket
 import sys
 import time
+
+from peer_streams import first_difference, stream
 
 MSG = 64
 
@@ -43,13 +52,53 @@ def recv_exactly(s, data, who):
     return data
 
 
+def blocked_writer(a, request):
+    data = stream(5, a.write)
+    if a.role == "server":
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", a.port))
+        ls.listen(1)
+        s, _ = ls.accept()
+        if recv_exactly(s, b"", "server") != request:
+            sys.exit("idle_peer server: the request differs from what was sent")
+        t0, c0 = time.monotonic(), cpu()
+        s.sendall(data)
+        waited, used = time.monotonic() - t0, cpu() - c0
+        print(f"idle_peer server: sent={len(data)} waited={waited:.3f} cpu={used:.3f}", flush=True)
+        s.shutdown(socket.SHUT_WR)
+        if s.recv(1) != b"":
+            sys.exit("idle_peer server: bytes after the request")
+    else:
+        s = socket.create_connection(("127.0.0.1", a.port))
+        time.sleep(0.3)  # the server's hello is back: the request switches
+        s.sendall(request)
+        time.sleep(a.pause)
+        got = bytearray()
+        while True:
+            d = s.recv(1 << 20)
+            if not d:
+                break
+            got += d
+        bad = first_difference(bytes(got), data)
+        if bad < max(len(got), len(data)):
+            sys.exit(f"idle_peer client: byte {bad} differs (received {len(got)} of {len(data)})")
+        print(f"idle_peer client: received={len(got)}", flush=True)
+        s.shutdown(socket.SHUT_WR)
+    s.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("role", choices=["server", "client"])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--pause", type=float, default=1.5)
+    ap.add_argument("--write", type=int, default=0)
     a = ap.parse_args()
     request, reply = bytes(range(MSG)), bytes(reversed(range(MSG)))
+    if a.write:
+        blocked_writer(a, request)
+        return
     if a.role == "server":
         ls = socket.socket()
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
