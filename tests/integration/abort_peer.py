@@ -16,7 +16,7 @@ import struct
 import sys
 import time
 
-from peer_streams import first_difference, stream
+from peer_streams import accept_one, first_difference, stream
 
 
 def main():
@@ -28,11 +28,7 @@ def main():
     a = ap.parse_args()
     data = stream(7, a.bytes)
     if a.role == "server":
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", a.port))
-        ls.listen(1)
-        s, _ = ls.accept()
+        s = accept_one(a.port)
         if s.recv(16) != b"GET":
             sys.exit("abort_peer server: no request")
         s.setblocking(False)

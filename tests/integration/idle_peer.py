@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 
-from peer_streams import first_difference, stream
+from peer_streams import accept_one, first_difference, stream
 
 MSG = 64
 
@@ -55,11 +55,7 @@ def recv_exactly(s, data, who):
 def blocked_writer(a, request):
     data = stream(5, a.write)
     if a.role == "server":
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", a.port))
-        ls.listen(1)
-        s, _ = ls.accept()
+        s = accept_one(a.port)
         if recv_exactly(s, b"", "server") != request:
             sys.exit("idle_peer server: the request differs from what was sent")
         t0, c0 = time.monotonic(), cpu()
@@ -100,11 +96,7 @@ def main():
         blocked_writer(a, request)
         return
     if a.role == "server":
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", a.port))
-        ls.listen(1)
-        s, _ = ls.accept()
+        s = accept_one(a.port)
         got = recv_exactly(s, timed_recv(s, "server"), "server")
         if got != request:
             sys.exit("idle_peer server: the request differs from what was sent")

@@ -1,6 +1,8 @@
-"""Byte streams both ends of a test peer can make from a seed, and where a
-received one first differs (imported by the *_peer.py scripts beside it)."""
+"""Byte streams both ends of a test peer can make from a seed, where a
+received one first differs, and the one connection a server peer takes
+(imported by the *_peer.py scripts beside it)."""
 import random
+import socket
 
 
 def stream(seed, n):
@@ -13,3 +15,14 @@ def first_difference(got, want):
         if got[i] != want[i]:
             return i
     return n
+
+
+def accept_one(port):
+    """The first connection to 127.0.0.1:port."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(1)
+    s, _ = ls.accept()
+    ls.close()
+    return s
