@@ -327,6 +327,18 @@ bool r2s__link_may_read_ahead(r2s_link_t *l)
          !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
 }
 
+/* The RING frame says where the peer's reading continues: until all of it
+ * is in the kernel, no byte may go into the ring. Otherwise a FIN (our
+ * shutdown or close, with the socket still full of DATA frames the peer had
+ * not read) could cut the frame off behind them, and the peer, never told
+ * to read its ring, would see the end of the stream with our ring bytes
+ * unread: a premature EOF that the 1000-connection test hit under load. */
+bool r2s__link_tx_in_ring(r2s_link_t *l)
+{
+  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
+         !__atomic_load_n(&l->ring_unsent, __ATOMIC_ACQUIRE);
+}
+
 /* ---- send side: control bytes ---- */
 
 /* Queues control bytes behind anything still pending; tx_lock held. */
@@ -348,6 +360,7 @@ static int flush_ctrl(r2s_link_t *l, int fd)
     memmove(l->tx_pending, l->tx_pending + n, l->tx_pending_len - (size_t)n);
     l->tx_pending_len -= (uint32_t)n;
   }
+  if (__atomic_load_n(&l->ring_unsent, __ATOMIC_RELAXED)) __atomic_store_n(&l->ring_unsent, false, __ATOMIC_RELEASE);
   return 0;
 }
 
@@ -625,6 +638,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
   uint8_t f[R2S_FRAME_HDR_LEN + 8];
   r2s__frame_u64_encode(R2S_FRAME_RING, 0, f, sizeof f);
   if (queue_ctrl(l, f, sizeof f) < 0) return;
+  __atomic_store_n(&l->ring_unsent, true, __ATOMIC_RELEASE);
   set_tx(l, R2S_TX_RING);
   mark_upgraded(l);
   (void)flush_ctrl(l, fd);
@@ -1217,7 +1231,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     case R2S_TX_RING: {
       int rc = flush_ctrl(l, fd);
-      if (rc < 0 && rc != -EAGAIN) {
+      if (rc < 0 && (rc != -EAGAIN || l->ring_unsent)) { /* see r2s__link_tx_in_ring */
         n = rc;
         break;
       }
@@ -1413,7 +1427,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
     *owned |= POLLIN;
     rev |= POLLIN;
   }
-  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING) {
+  if ((events & POLLOUT) && r2s__link_tx_in_ring(l)) {
     *owned |= POLLOUT;
     ssize_t sp = TP(l)->space(TPS(l));
     if (sp == 0 && alive_check_due(l, arming)) {
@@ -1481,9 +1495,7 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
       (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))))
     rev |= POLLIN;
-  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
-      TP(l)->space(TPS(l)) != 0)
-    rev |= POLLOUT;
+  if ((events & POLLOUT) && r2s__link_tx_in_ring(l) && TP(l)->space(TPS(l)) != 0) rev |= POLLOUT;
   return rev;
 }
 
@@ -1523,8 +1535,7 @@ short r2s__link_arm(r2s_link_t *l, int fd, short events)
   r2s__link_pump_due(l); /* a doorbell may come: look at the socket again */
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
     TP(l)->sleep_rx(TPS(l), true);
-  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
-    TP(l)->sleep_tx(TPS(l), true);
+  if ((events & POLLOUT) && r2s__link_tx_in_ring(l)) TP(l)->sleep_tx(TPS(l), true);
   /* Re-check after the flags are visible: a producer that published before
    * seeing them will not ring, so its bytes must be found now. */
   rev = link_poll(l, fd, events, &owned, true);

@@ -88,6 +88,7 @@ struct r2s_link_s {
   uint64_t tx_frame_bytes;                 /* sent in DATA frames since the last probe */
   bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
   int64_t framed_at;                       /* when the send direction switched to frames (ns) */
+  bool ring_unsent;                        /* our RING frame is not all in the kernel: nothing goes into the ring */
   int tcp_reason;                          /* r2s_reason_t once a direction settled on TCP */
   void (*on_upgrade)(void *arg, int path); /* first direction into a ring */
   void *on_upgrade_arg;
@@ -177,6 +178,9 @@ bool r2s__link_peer_shares_cpu(r2s_link_t *l);
  * reader asleep in the kernel meanwhile is not woken by that, so its
  * sleeps are kept short while it may happen. */
 bool r2s__link_may_read_ahead(r2s_link_t *l);
+/* Whether our writes go into the peer's ring now (the send direction owns
+ * POLLOUT); otherwise the kernel's POLLOUT on the socket stands. */
+bool r2s__link_tx_in_ring(r2s_link_t *l);
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a

@@ -106,8 +106,7 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
    * mark alone is POLLPRI. */
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
   struct pollfd p = {fd, (short)(POLLIN | POLLRDHUP | (rx == R2S_RX_PROBE ? POLLPRI : 0)), 0};
-  if ((events & POLLOUT) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_RING)
-    p.events |= POLLOUT;
+  if ((events & POLLOUT) && !r2s__link_tx_in_ring(l)) p.events |= POLLOUT;
   R2S_STAT_INC(waits_sleep);
   r2s__conn_count_wait(c);
   int rc = r2s__libc.poll(&p, 1, ms);
