@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 
-from peer_streams import accept_one, first_difference, stream
+from peer_streams import accept_one, first_difference, recv_all, stream
 
 MSG = 64
 
@@ -70,13 +70,8 @@ def blocked_writer(a, request):
         time.sleep(0.3)  # the server's hello is back: the request switches
         s.sendall(request)
         time.sleep(a.pause)
-        got = bytearray()
-        while True:
-            d = s.recv(1 << 20)
-            if not d:
-                break
-            got += d
-        bad = first_difference(bytes(got), data)
+        got = recv_all(s)
+        bad = first_difference(got, data)
         if bad < max(len(got), len(data)):
             sys.exit(f"idle_peer client: byte {bad} differs (received {len(got)} of {len(data)})")
         print(f"idle_peer client: received={len(got)}", flush=True)

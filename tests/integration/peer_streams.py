@@ -1,6 +1,7 @@
 """Byte streams both ends of a test peer can make from a seed, where a
-received one first differs, and the one connection a server peer takes
-(imported by the *_peer.py scripts beside it)."""
+received one first differs, the one connection a server peer takes, and a
+read to the end of the stream (imported by the *_peer.py scripts beside
+it)."""
 import random
 import socket
 
@@ -26,3 +27,13 @@ def accept_one(port):
     s, _ = ls.accept()
     ls.close()
     return s
+
+
+def recv_all(s):
+    """Everything up to the end of the stream (a reset raises)."""
+    got = bytearray()
+    while True:
+        d = s.recv(1 << 20)
+        if not d:
+            return bytes(got)
+        got += d

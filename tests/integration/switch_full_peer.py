@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from peer_streams import accept_one, first_difference, stream
+from peer_streams import accept_one, first_difference, recv_all, stream
 
 TOTAL = 16 << 20
 BUF = 8192
@@ -61,13 +61,8 @@ def main():
         time.sleep(0.6)  # the server's socket is full of frames by now
         s.sendall(b"GET")
         time.sleep(1.8)  # the server gives up and shuts down meanwhile
-        got = bytearray()
-        while True:
-            d = s.recv(1 << 20)
-            if not d:
-                break
-            got += d
-        bad = first_difference(bytes(got), data[: len(got)])
+        got = recv_all(s)
+        bad = first_difference(got, data[: len(got)])
         if bad < len(got):
             sys.exit(f"switch_full_peer client: byte {bad} of the {len(got)} received differs")
         print(f"switch_full_peer client: received={len(got)}", flush=True)
