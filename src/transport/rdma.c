@@ -83,6 +83,8 @@ enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
 #define CLINE_LEN       64u
 #define OFF_CSLEEP      (offsetof(r2s_ring_ctl_t, consumer_sleep_at) - OFF_CLINE)
 #define OFF_CRECVS      (offsetof(r2s_ring_ctl_t, consumer_recvs) - OFF_CLINE)
+/* The peer addresses these: they are protocol (docs/protocol.md). */
+_Static_assert(OFF_CLINE == 64 && OFF_CRECVS == 28 && OFF_CRECVS + 4 <= CLINE_LEN, "the RDMA credit line's layout");
 
 struct r2s_tp_state_s {
   r2s_rdma_port_t port;
