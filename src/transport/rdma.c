@@ -126,6 +126,7 @@ struct r2s_tp_state_s {
    * immediate (also read by put, which alone writes it) */
   uint32_t imm_posted, imm_acked;
   uint64_t imm_last_tail;
+  bool imm_fell_back; /* said so in the debug log */
   uint32_t recvs_reported; /* consumer: the last count we reported */
   /* consumer, rx_lock: the receive completions and what they said */
   pthread_mutex_t rx_lock;
@@ -665,6 +666,11 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
     st->imm_posted++;
     st->imm_last_tail = to;
     return post_locked(st, wr, k, false);
+  }
+  if (peer_imm(st) && !st->imm_fell_back) { /* once: a stream of small writes outran the peer's reports */
+    st->imm_fell_back = true;
+    r2s__debug("RDMA: the peer may be short of receives (%u of %u in use): tail words until it reports",
+               st->imm_posted - st->imm_acked, RQ_DEPTH);
   }
   /* Inline, so the value is taken now: a later put must not change the
    * tail this request carries before its data is written. */
