@@ -55,6 +55,19 @@ int r2s__frame_hdr_parse(const uint8_t *buf, size_t n, r2s_frame_hdr_t *out);
 /* Writes a header; cap must be >= R2S_FRAME_HDR_LEN. */
 int r2s__frame_hdr_put(uint8_t *buf, size_t cap, uint8_t type, uint32_t len);
 
+/* Capabilities (the HANDSHAKE's caps word): what the sender's receiving
+ * end understands, so the peer's producer may use it. */
+enum {
+  /* RDMA data immediates, used in both directions when both ends set it:
+   * a sender's data write carries the tail as its immediate, a receiver
+   * keeps R2S_RDMA_RECVS receives posted and reports how many it
+   * reposted; sleep announcements carry R2S_RDMA_IMM_SLEEP and are
+   * solicited (docs/protocol.md, "Transport"). */
+  R2S_CAP_RDMA_IMM = 1,
+};
+#define R2S_RDMA_RECVS     256u
+#define R2S_RDMA_IMM_SLEEP 0x80000000u
+
 /* Transports a handshake may offer. */
 enum { R2S_OFFER_SHM = 1, R2S_OFFER_RDMA = 2 };
 

@@ -53,7 +53,8 @@ typedef struct r2s_ring_ctl_s {
   uint32_t consumer_closed;   /* the reader is gone: writes fail with EPIPE */
   uint64_t consumer_sleep_at; /* RDMA: the head at which the consumer went to sleep */
   uint32_t consumer_woke_on;  /* shm: 1 + the CPU the consumer was on when it woke the producer */
-  uint8_t pad1[64 - 28];
+  uint32_t consumer_recvs;    /* RDMA: receives the consumer reposted for the producer's immediates (mod 2^32) */
+  uint8_t pad1[64 - 32];
 } r2s_ring_ctl_t;
 
 typedef struct r2s_ring_s {

@@ -11,6 +11,20 @@
  * writes of one RC queue pair being placed in order, which Soft-RoCE and
  * the ConnectX family do (docs/rdma.md).
  *
+ * Data immediates (a peer with R2S_CAP_RDMA_IMM): one packet per message
+ * instead of two. The last data write carries the new tail's low 31 bits
+ * as its immediate and no tail write follows; the consumer learns the
+ * tail from its receive completions (take_recvs_locked), taken by whoever
+ * polls first, its reader (avail, get) or the progress thread. Each such
+ * write uses one of the consumer's R2S_RDMA_RECVS posted receives; the
+ * consumer reports how many it reposted (consumer_recvs in the credit
+ * line), and a producer that may have used too many falls back to the
+ * data write plus the tail write until the reports catch up. So the
+ * consumer's tail is the larger of the tail word and the last immediate,
+ * both of which only ever grow in the order the producer posted them
+ * (raise_tail argues why a late completion cannot lower a tail the word
+ * already raised).
+ *
  * Sleeping: a consumer about to sleep tells its producer with an RDMA
  * write with immediate (the head it saw), which only the producer's
  * progress thread notices; that thread sends a DOORBELL over TCP at once
@@ -43,11 +57,23 @@
 #include "rdma.h"
 
 #define SQ_DEPTH     256 /* send work requests in flight */
-#define RQ_DEPTH     256 /* receives posted for the peer's sleep announcements */
+#define RQ_DEPTH     R2S_RDMA_RECVS /* receives posted for the peer's immediates */
 #define SIGNAL_EVERY 32  /* at least one send in this many asks for a completion */
 #define WANT_INLINE  64  /* bytes a send may carry inside the request */
 
 enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
+#define IMM_TAIL_MASK 0x7fffffffu
+/* Receives a producer leaves for its sleep announcements: data writes
+ * with an immediate stop while this few of the peer's are left. */
+#define IMM_RESERVE   32u
+/* The consumer rebuilds a tail from 31 bits, forward from the last one it
+ * learnt: a producer without receives to spare may write at most this far
+ * past the tail of its last immediate before it must send one again
+ * (rdma_put), so the step between two immediates stays below 2^31 (this
+ * plus a ring of at most 2^30). */
+#define IMM_SPAN      (1ull << 29)
+/* A consumer reports its reposted receives at least this often. */
+#define REPORT_EVERY  32u
 
 /* Offsets in a ring's control page (ring.h), as the peer addresses them. */
 #define OFF_TAIL        offsetof(r2s_ring_ctl_t, tail)
@@ -56,6 +82,9 @@ enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
 #define OFF_CLINE       offsetof(r2s_ring_ctl_t, head) /* the consumer's line */
 #define CLINE_LEN       64u
 #define OFF_CSLEEP      (offsetof(r2s_ring_ctl_t, consumer_sleep_at) - OFF_CLINE)
+#define OFF_CRECVS      (offsetof(r2s_ring_ctl_t, consumer_recvs) - OFF_CLINE)
+/* The peer addresses these: they are protocol (docs/protocol.md). */
+_Static_assert(OFF_CLINE == 64 && OFF_CRECVS == 28 && OFF_CRECVS + 4 <= CLINE_LEN, "the RDMA credit line's layout");
 
 struct r2s_tp_state_s {
   r2s_rdma_port_t port;
@@ -89,6 +118,22 @@ struct r2s_tp_state_s {
   unsigned sq_out, unsignalled;
   uint64_t credit_sent; /* atomic reads outside the lock */
 
+  /* data immediates (see the top): peer_imm is set by connect, before
+   * the peer can write */
+  bool peer_imm;
+  /* producer, post_lock: writes with an immediate posted, and the count
+   * of them the peer reported as reposted; the tail of the last data
+   * immediate (also read by put, which alone writes it) */
+  uint32_t imm_posted, imm_acked;
+  uint64_t imm_last_tail;
+  bool imm_fell_back; /* said so in the debug log */
+  uint32_t recvs_reported; /* consumer: the last count we reported */
+  /* consumer, rx_lock: the receive completions and what they said */
+  pthread_mutex_t rx_lock;
+  uint64_t imm_tail;     /* the last tail learnt from an immediate */
+  uint32_t recvs_done;   /* receives reposted (atomic reads outside) */
+  int pending_sleep;     /* IMM_RX_SLEEP | IMM_TX_SLEEP heard, for the progress thread */
+
   /* between the application's threads and the progress thread */
   uint64_t tx_posted; /* tail of everything posted, seq_cst */
   uint64_t rx_taken;  /* our head after the last get, seq_cst */
@@ -103,6 +148,12 @@ struct r2s_tp_state_s {
 static inline bool foreign(const r2s_tp_state_t *st)
 {
   return st->gen != __atomic_load_n(&r2s__rdma_fork_gen, __ATOMIC_RELAXED);
+}
+
+/* Set once by connect, before the peer may write. */
+static inline bool peer_imm(const r2s_tp_state_t *st)
+{
+  return __atomic_load_n(&st->peer_imm, __ATOMIC_ACQUIRE);
 }
 
 static inline const r2s_ring_ctl_t *peer_cline(const r2s_tp_state_t *st)
@@ -259,7 +310,23 @@ static void inline_write(struct ibv_send_wr *wr, struct ibv_sge *sge, const void
   wr->wr.rdma.rkey = rkey;
 }
 
-/* Our head into the peer's credit word, if it moved; post_lock held. */
+/* How many receives we reposted into the peer's credit line, once at
+ * least `min` are new; post_lock held. */
+static int report_locked(r2s_tp_state_t *st, uint32_t min)
+{
+  uint32_t done = __atomic_load_n(&st->recvs_done, __ATOMIC_ACQUIRE);
+  if (!peer_imm(st) || !st->connected || done - st->recvs_reported < min) return 0;
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  inline_write(&wr, &sge, &done, 4, st->r_credit + OFF_CRECVS, st->r_credit_rkey);
+  int rc = post_locked(st, &wr, 1, false);
+  if (rc == 0) __atomic_store_n(&st->recvs_reported, done, __ATOMIC_RELEASE);
+  return rc;
+}
+
+/* Our head into the peer's credit word, if it moved; post_lock held. A
+ * producer that waits for credits may wait for receives too: the count
+ * goes with every credit. */
 static int credit_locked(r2s_tp_state_t *st)
 {
   uint64_t h = __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST);
@@ -269,19 +336,37 @@ static int credit_locked(r2s_tp_state_t *st)
   inline_write(&wr, &sge, &h, 8, st->r_credit, st->r_credit_rkey);
   int rc = post_locked(st, &wr, 1, false);
   if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
-  return rc;
+  return rc ? rc : report_locked(st, 1);
 }
 
 /* Tells the peer we sleep: value into its word at raddr, with an
- * immediate so its progress thread hears of it. post_lock held. */
+ * immediate so its progress thread hears of it (solicited: with data
+ * immediates, that thread wakes for nothing else). post_lock held. */
 static int announce_locked(r2s_tp_state_t *st, uint64_t value, uint64_t raddr, uint32_t rkey, uint32_t imm)
 {
   struct ibv_send_wr wr;
   struct ibv_sge sge;
   inline_write(&wr, &sge, &value, 8, raddr, rkey);
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (peer_imm(st)) {
+    imm |= R2S_RDMA_IMM_SLEEP;
+    wr.send_flags |= IBV_SEND_SOLICITED;
+    st->imm_posted++;
+  }
   wr.imm_data = htonl(imm);
   return post_locked(st, &wr, 1, false);
+}
+
+/* May the next data write carry an immediate? Not when the peer may be
+ * short of receives: the count it reported is taken only if it moves
+ * forward and not past what we posted (a lie then only costs the liar
+ * its own throughput, or stalls its queue pair). post_lock held. */
+static bool imm_room_locked(r2s_tp_state_t *st)
+{
+  if (!peer_imm(st)) return false;
+  uint32_t r = __atomic_load_n(&peer_cline(st)->consumer_recvs, __ATOMIC_ACQUIRE);
+  if (r - st->imm_acked <= st->imm_posted - st->imm_acked) st->imm_acked = r;
+  return st->imm_posted - st->imm_acked < RQ_DEPTH - IMM_RESERVE;
 }
 
 static int post_recvs(r2s_tp_state_t *st, int n)
@@ -312,6 +397,7 @@ static void free_state(r2s_tp_state_t *st)
   free(st->mctl);
   free(st->mdata);
   pthread_mutex_destroy(&st->post_lock);
+  pthread_mutex_destroy(&st->rx_lock);
   free(st);
 }
 
@@ -337,6 +423,7 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   r2s_tp_state_t *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
   pthread_mutex_init(&st->post_lock, NULL);
+  pthread_mutex_init(&st->rx_lock, NULL);
   st->port = port;
   st->gen = port.dev->gen;
   st->dupfd = -1;
@@ -388,6 +475,7 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   st->wake_arg = conn->arg;
 
   hs->has_rdma = 1;
+  hs->caps |= R2S_CAP_RDMA_IMM;
   r2s_offer_rdma_t *o = &hs->rdma;
   o->qpn = st->qp->qp_num;
   o->psn = st->psn;
@@ -466,6 +554,8 @@ static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
     a.ah_attr.grh.sgid_index = (uint8_t)st->port.gid_index;
     a.ah_attr.grh.hop_limit = 64;
   }
+  /* Before RTR: the peer's first write may be one with a data immediate. */
+  __atomic_store_n(&st->peer_imm, (peer->caps & R2S_CAP_RDMA_IMM) != 0, __ATOMIC_RELEASE);
   if (R2S_V(ibv_modify_qp)(st->qp, &a,
                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
@@ -522,16 +612,35 @@ static void rdma_seal(r2s_tp_state_t *st)
 
 /* ---- producer ---- */
 
+/* How far a producer at `from` may write: without receives to spare at
+ * the peer, no further than IMM_SPAN past its last immediate
+ * (post_data_locked may then overdraw the reserve by one). Only the
+ * producer's own thread moves imm_last_tail. */
+static uint64_t imm_span_left(r2s_tp_state_t *st, uint64_t from)
+{
+  uint64_t left = st->imm_last_tail + IMM_SPAN - from;
+  if (left >= st->peer.size) return UINT64_MAX; /* far from it: no need to look */
+  pthread_mutex_lock(&st->post_lock);
+  bool room = imm_room_locked(st);
+  pthread_mutex_unlock(&st->post_lock);
+  return room ? UINT64_MAX : left;
+}
+
 static ssize_t rdma_space(r2s_tp_state_t *st)
 {
   int err = state_error(st);
   if (err) return err;
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
-  return r2s__ring_space(&st->peer);
+  ssize_t n = r2s__ring_space(&st->peer);
+  if (n <= 0 || !peer_imm(st)) return n;
+  uint64_t left = imm_span_left(st, st->peer.tail);
+  return left < (uint64_t)n ? (ssize_t)left : n;
 }
 
 /* RDMA-writes ring bytes [from, to) of our copy to the same offsets of the
- * peer's ring, then the new tail; post_lock held. */
+ * peer's ring, the last write carrying the new tail as its immediate if
+ * the peer has receives to spare (or must have one, see IMM_SPAN), else
+ * followed by a write of the tail; post_lock held. */
 static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
 {
   struct ibv_send_wr wr[3];
@@ -551,6 +660,18 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
     wr[k].wr.rdma.rkey = st->r_rkey;
     pos += len;
   }
+  if (peer_imm(st) && (imm_room_locked(st) || to - st->imm_last_tail > IMM_SPAN)) {
+    wr[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr[k - 1].imm_data = htonl((uint32_t)to & IMM_TAIL_MASK);
+    st->imm_posted++;
+    st->imm_last_tail = to;
+    return post_locked(st, wr, k, false);
+  }
+  if (peer_imm(st) && !st->imm_fell_back) { /* once: a stream of small writes outran the peer's reports */
+    st->imm_fell_back = true;
+    r2s__debug("RDMA: the peer may be short of receives (%u of %u in use): tail words until it reports",
+               st->imm_posted - st->imm_acked, RQ_DEPTH);
+  }
   /* Inline, so the value is taken now: a later put must not change the
    * tail this request carries before its data is written. */
   uint64_t tail = to;
@@ -564,6 +685,11 @@ static ssize_t rdma_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, si
   if (err) return err;
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   uint64_t from = st->peer.tail;
+  if (peer_imm(st)) {
+    uint64_t left = imm_span_left(st, from);
+    if (left < max) max = (size_t)left;
+    if (max == 0) return 0;
+  }
   ssize_t n = r2s__ring_put(&st->peer, iov, cnt, skip, max);
   if (n <= 0) return n;
   pthread_mutex_lock(&st->post_lock);
@@ -599,19 +725,100 @@ static void rdma_close_tx(r2s_tp_state_t *st)
 {
   if (!st->attached || state_error(st)) return;
   static const uint32_t one = 1;
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  inline_write(&wr, &sge, &one, 4, st->r_ring + OFF_PCLOSED, st->r_rkey);
+  /* With data immediates the tail word goes first: a reader that sees
+   * producer_closed must find every byte without waiting for a receive
+   * completion (one the device has not yet produced would read as EOF). */
+  uint64_t tail = st->peer.tail;
+  struct ibv_send_wr wr[2];
+  struct ibv_sge sge[2];
+  unsigned n = 0;
+  if (peer_imm(st)) inline_write(&wr[n], &sge[n], &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey), n++;
+  inline_write(&wr[n], &sge[n], &one, 4, st->r_ring + OFF_PCLOSED, st->r_rkey), n++;
   pthread_mutex_lock(&st->post_lock);
-  (void)post_locked(st, &wr, 1, false);
+  (void)post_locked(st, wr, n, false);
   pthread_mutex_unlock(&st->post_lock);
 }
 
 /* ---- consumer ---- */
 
+/* Raises our ring's tail word to t, unless the peer's tail write already
+ * raised it further. Why a CAS-max on a word the peer writes is safe:
+ * both the tail words and the immediates the producer posts grow in
+ * posting order, and one RC queue pair places its writes in that order;
+ * the completion of a write with immediate comes after the write (and
+ * every write posted before it) was placed. So when we raise the word to
+ * an immediate's tail, every tail write posted before that immediate has
+ * landed, and any tail write still to land was posted after it and
+ * carries at least as much. A hostile word or immediate is no worse than
+ * a hostile tail write: ring.c checks the word before every use. */
+static void raise_tail(r2s_tp_state_t *st, uint64_t t)
+{
+  uint64_t cur = __atomic_load_n(&st->own.ctl->tail, __ATOMIC_ACQUIRE);
+  while (cur < t &&
+         !__atomic_compare_exchange_n(&st->own.ctl->tail, &cur, t, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+/* Takes the receive completions there are and reposts their receives;
+ * rx_lock held. A data immediate moves the tail forward: its 31 bits are
+ * rebuilt from the last immediate's tail, which lies less than 2^31
+ * behind (IMM_SPAN); sleep announcements are left in pending_sleep for
+ * the progress thread, which is woken for them (solicited) even when a
+ * reader took them first. */
+static void take_recvs_locked(r2s_tp_state_t *st)
+{
+  struct ibv_wc wc[16];
+  int k, used = 0;
+  bool raise = false;
+  while ((k = ibv_poll_cq(st->rcq, 16, wc)) > 0) {
+    for (int i = 0; i < k; i++) {
+      used++;
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        fail_qp(st, R2S_V(ibv_wc_status_str)(wc[i].status));
+        continue;
+      }
+      if (wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM) continue;
+      uint32_t imm = ntohl(wc[i].imm_data);
+      if (!peer_imm(st)) { /* the announcements of a peer without data immediates */
+        st->pending_sleep |= imm == IMM_RX_SLEEP ? IMM_RX_SLEEP : imm == IMM_TX_SLEEP ? IMM_TX_SLEEP : 0;
+      } else if (imm & R2S_RDMA_IMM_SLEEP) {
+        st->pending_sleep |= (int)(imm & (IMM_RX_SLEEP | IMM_TX_SLEEP));
+      } else {
+        st->imm_tail += (imm - (uint32_t)st->imm_tail) & IMM_TAIL_MASK;
+        raise = true;
+      }
+    }
+  }
+  if (k < 0) fail_qp(st, "cannot poll the receive queue");
+  if (raise) raise_tail(st, st->imm_tail);
+  if (used && !state_error(st)) {
+    if (post_recvs(st, used) < 0)
+      fail_qp(st, "cannot post receives");
+    else
+      __atomic_store_n(&st->recvs_done, st->recvs_done + (uint32_t)used, __ATOMIC_RELEASE);
+  }
+}
+
+/* The reader's look at its receive completions, before it reads the tail:
+ * with data immediates, nothing else tells it of new bytes. */
+static void poll_recvs(r2s_tp_state_t *st)
+{
+  if (!peer_imm(st)) return;
+  pthread_mutex_lock(&st->rx_lock);
+  take_recvs_locked(st);
+  pthread_mutex_unlock(&st->rx_lock);
+  if (__atomic_load_n(&st->recvs_done, __ATOMIC_ACQUIRE) - __atomic_load_n(&st->recvs_reported, __ATOMIC_ACQUIRE) >=
+      REPORT_EVERY) {
+    pthread_mutex_lock(&st->post_lock);
+    (void)report_locked(st, REPORT_EVERY);
+    pthread_mutex_unlock(&st->post_lock);
+  }
+}
+
 static ssize_t rdma_avail(r2s_tp_state_t *st)
 {
   if (foreign(st)) return -ECONNRESET;
+  poll_recvs(st);
   ssize_t n = r2s__ring_avail(&st->own);
   if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE))
     return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
@@ -621,6 +828,7 @@ static ssize_t rdma_avail(r2s_tp_state_t *st)
 static ssize_t rdma_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek)
 {
   if (foreign(st)) return -ECONNRESET;
+  poll_recvs(st);
   ssize_t n = r2s__ring_get(&st->own, iov, cnt, max, peek);
   if (n > 0 && !peek) {
     __atomic_store_n(&st->rx_taken, st->own.head, __ATOMIC_SEQ_CST);
@@ -678,24 +886,24 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
 {
   if (foreign(st)) return;
   /* Re-armed before polling: a completion after the poll then raises a
-   * new event instead of waiting unseen. */
-  (void)ibv_req_notify_cq(st->rcq, 0);
-  struct ibv_wc wc[16];
-  int k, used = 0;
-  bool rx = false, tx = false;
-  while ((k = ibv_poll_cq(st->rcq, 16, wc)) > 0) {
-    for (int i = 0; i < k; i++) {
-      used++;
-      if (wc[i].status != IBV_WC_SUCCESS) {
-        fail_qp(st, R2S_V(ibv_wc_status_str)(wc[i].status));
-        continue;
-      }
-      uint32_t imm = ntohl(wc[i].imm_data);
-      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) rx |= imm == IMM_RX_SLEEP, tx |= imm == IMM_TX_SLEEP;
-    }
-  }
+   * new event instead of waiting unseen. With data immediates only the
+   * solicited ones (sleep announcements) and errors raise one. A reader
+   * that took an announcement's completion first left it in
+   * pending_sleep under rx_lock: either before we take the lock (we find
+   * it), or the completion was still in the queue when we polled (we
+   * take it ourselves). */
+  (void)ibv_req_notify_cq(st->rcq, peer_imm(st) ? 1 : 0);
+  pthread_mutex_lock(&st->rx_lock);
+  take_recvs_locked(st);
+  int pending = st->pending_sleep;
+  st->pending_sleep = 0;
+  pthread_mutex_unlock(&st->rx_lock);
   if (state_error(st)) return;
-  if (used && post_recvs(st, used) < 0) fail_qp(st, "cannot post receives");
+  bool rx = pending & IMM_RX_SLEEP, tx = pending & IMM_TX_SLEEP;
+  /* A producer that waits may wait for receives: it gets the count now. */
+  pthread_mutex_lock(&st->post_lock);
+  (void)report_locked(st, tx ? 1 : REPORT_EVERY);
+  pthread_mutex_unlock(&st->post_lock);
   if (rx) { /* the peer's reader sleeps: does it know of all we posted? */
     __atomic_store_n(&st->armed_rx, 1, __ATOMIC_SEQ_CST);
     uint64_t seen = __atomic_load_n(&peer_cline(st)->consumer_sleep_at, __ATOMIC_ACQUIRE);

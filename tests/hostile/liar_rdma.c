@@ -16,7 +16,7 @@
 
 #include "ring.h"
 
-#define RQ_DEPTH  64
+#define RQ_DEPTH  R2S_RDMA_RECVS /* what a peer with data immediates counts on */
 #define SCRATCH   4096
 #define CLINE_OFF 64 /* the consumer line in a ring's control page (ring.h) */
 #define CLINE_LEN 64

@@ -86,6 +86,7 @@ typedef struct liar_s {
   bool got_ready;
   int rd_status;                         /* first failed completion of the stream */
   void (*bend)(r2s_offer_rdma_t *offer); /* a lie in our offer */
+  uint32_t caps;                         /* our HANDSHAKE's capabilities */
 } liar_t;
 
 static double now_s(void)
@@ -171,6 +172,7 @@ static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
   r2s_handshake_t h;
   memset(&h, 0, sizeof h);
   h.version = h.min_version = R2S_PROTO_VERSION;
+  h.caps = l->caps;
   host_identity(h.boot_id, &h.netns);
   if (offer && l->rd) {
     h.has_rdma = 1;
@@ -608,6 +610,7 @@ static const lie_t lies[] = {
     {"rdma-read", EXPECT_CLOSED, "RDMA READ of the server's ring: refused"},
     {"rdma-send", EXPECT_CLOSED, "a SEND with a payload into receives that have no buffer"},
     {"rdma-imm-garbage", EXPECT_VERIFIED, "200 writes with random immediates mid-stream"},
+    {"rdma-imm-tail", EXPECT_CLOSED, "as a peer with data immediates: an immediate whose tail is 1 GiB+ ahead"},
     {"rdma-bad-rkey", EXPECT_CLOSED, "our offer names a wrong rkey for our ring"},
     {"rdma-ring-size", EXPECT_CLOSED, "our offer claims a ring twice the size we registered"},
     {"rdma-bad-qpn", EXPECT_VERIFIED, "our offer has a queue pair number past 24 bits: declined, frames"},
@@ -877,6 +880,9 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
     return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
   }
   if (IS("rdma-bad-rkey")) l->bend = bend_rkey;
+  /* The server then takes tails from our immediates (its stream to us
+   * comes with them too, which we do not read: the lie comes first). */
+  if (IS("rdma-imm-tail")) l->caps = R2S_CAP_RDMA_IMM;
   if (IS("rdma-ring-size")) l->bend = bend_size;
   /* The server must still be reading when a lie on its ring comes. */
   if (strncmp(kase, "rdma-tail-", 10) == 0) l->tx_cap = 128 << 10;
@@ -936,6 +942,15 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
     if (IS("rdma-tail-back")) v = __atomic_load_n(&l->out.ctl->head, __ATOMIC_ACQUIRE) - 8;
     if (IS("rdma-tail-garbage")) (void)getrandom(&v, sizeof v, 0);
     st = lr_write(l->rd, &v, 8, pr->ring + offsetof(r2s_ring_ctl_t, tail), pr->ring_rkey, -1);
+  } else if (IS("rdma-imm-tail")) {
+    (void)run_until(l, header_sent, 10);
+    /* Our tail word as it is, but the immediate, read as a tail, is at
+     * least 2^30 past anything the server consumed: beyond any ring. */
+    uint32_t imm = 0;
+    (void)getrandom(&imm, sizeof imm, 0);
+    v = l->out.tail;
+    st = lr_write(l->rd, &v, 8, pr->ring + offsetof(r2s_ring_ctl_t, tail), pr->ring_rkey,
+                  (imm & 0x3fffffffu) | 0x40000000u);
   } else {
     (void)run_until(l, header_sent, 10);
     if (IS("rdma-write-past-ring")) {

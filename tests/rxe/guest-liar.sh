@@ -42,6 +42,7 @@ SAN_RE='AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:
 # the shim's counter (server's stats) and warning each case must leave
 declare -A WHY=(
   [rdma-tail-past]=reset_protocol [rdma-tail-back]=reset_protocol [rdma-tail-garbage]=reset_protocol
+  [rdma-imm-tail]=reset_protocol
   [rdma-head-past]=reset_protocol [rdma-head-back]=reset_protocol
   [rdma-write-past-ring]=reset_rdma [rdma-write-past-credit]=reset_rdma [rdma-read]=reset_rdma
   [rdma-send]=reset_rdma [rdma-bad-rkey]=reset_rdma [rdma-ring-size]=reset_rdma
