@@ -308,23 +308,21 @@ static void mark_upgraded(r2s_link_t *l)
 
 /* The send side waits for a frame from the peer (its HANDSHAKE, then its
  * READY) that an application which never reads would never make us read:
- * the sender looks for it itself. tx_lock held. */
-static bool awaits_peer_locked(const r2s_link_t *l)
+ * the sender looks for it itself. Atomic loads only: a reader's wait asks
+ * too (r2s__link_may_read_ahead), without tx_lock. */
+static bool awaits_peer(const r2s_link_t *l)
 {
   if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return true;
-  return !l->no_ring && TP(l) && TP(l)->needs_ready && !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
+  return !__atomic_load_n(&l->no_ring, __ATOMIC_ACQUIRE) && TP(l) && TP(l)->needs_ready &&
+         !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
 }
 
 #define READ_AHEAD_WINDOW_NS 1000000000ll
 
 bool r2s__link_may_read_ahead(r2s_link_t *l)
 {
-  if (__atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_FRAMES) return false;
-  if (r2s__now_ns() - __atomic_load_n(&l->framed_at, __ATOMIC_RELAXED) > READ_AHEAD_WINDOW_NS) return false;
-  if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return true;
-  const r2s_transport_t *tp = __atomic_load_n(&l->tp, __ATOMIC_ACQUIRE);
-  return tp && tp->needs_ready && !__atomic_load_n(&l->no_ring, __ATOMIC_ACQUIRE) &&
-         !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
+  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_FRAMES &&
+         r2s__now_ns() - __atomic_load_n(&l->framed_at, __ATOMIC_RELAXED) <= READ_AHEAD_WINDOW_NS && awaits_peer(l);
 }
 
 /* The RING frame says where the peer's reading continues: until all of it
@@ -1215,7 +1213,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
        * Looked for at doubling intervals, so a peer that never sends one
        * costs little, and at least every PROBE_BYTES, so large writes do
        * not run on over TCP long after the ring is ready. */
-      if (awaits_peer_locked(l) && (++l->tx_writes >= l->tx_probe_at || l->tx_frame_bytes >= PROBE_BYTES)) {
+      if (awaits_peer(l) && (++l->tx_writes >= l->tx_probe_at || l->tx_frame_bytes >= PROBE_BYTES)) {
         l->tx_probe_at = next_probe(l->tx_writes);
         l->tx_frame_bytes = 0;
         pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
