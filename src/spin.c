@@ -11,38 +11,84 @@
  * peer's answer: up to this many times SPIN_MAX_US, it still counts as a
  * quick peer (spin.h). */
 #define SLEEP_SLACK 4
+/* A poll may learn up to this many times SPIN_MAX_US, when it was seen
+ * answered sooner than waits that slept, by at least 1/WIN_MARGIN of them. */
+#define POLL_OVER_SLEEP_MAX 16
+#define WIN_MARGIN 4
+
+/* The longest poll an adaptive link may learn: past SPIN_MAX_US only when
+ * polling was seen to beat sleeping (spin.h). */
+static int64_t cap_ns(int64_t max)
+{
+  int64_t cap = POLL_OVER_SLEEP_MAX * max;
+  return cap < UINT32_MAX ? cap : UINT32_MAX;
+}
+
+static int64_t grant(r2s_spin_t *s, int64_t budget)
+{
+  __atomic_store_n(&s->granted_ns, (uint32_t)budget, __ATOMIC_RELAXED);
+  return budget;
+}
 
 int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe)
 {
   int64_t base = (int64_t)r2s__opt.spin_us * 1000, max = (int64_t)r2s__opt.spin_max_us * 1000;
   if (!adaptive || max <= base) return base;
   int64_t learnt = __atomic_load_n(&s->budget_ns, __ATOMIC_RELAXED);
-  if (learnt > base || !may_probe) return learnt > base ? learnt : base;
-  /* At SPIN_US: a probe is due every probe_gap waits (spin.h). */
+  if (learnt < base) learnt = base;
+  bool slept = __atomic_load_n(&s->last_slept, __ATOMIC_RELAXED);
+  if ((learnt > base && !slept) || !may_probe) return grant(s, learnt);
+  /* At SPIN_US, or the last wait slept all the same: a probe is due every
+   * probe_gap waits (spin.h). */
   uint32_t left = __atomic_load_n(&s->probe_in, __ATOMIC_RELAXED);
   if (left > 0) {
     __atomic_store_n(&s->probe_in, left - 1, __ATOMIC_RELAXED);
-    return base;
+    return grant(s, learnt);
   }
   uint32_t gap = __atomic_load_n(&s->probe_gap, __ATOMIC_RELAXED);
   gap = gap ? (gap < PROBE_GAP_MAX ? gap * 2 : PROBE_GAP_MAX) : 1;
   __atomic_store_n(&s->probe_gap, gap, __ATOMIC_RELAXED);
   __atomic_store_n(&s->probe_in, gap, __ATOMIC_RELAXED);
-  return max;
+  /* A probe polls as long as a wait that slept has lasted, if longer than
+   * SPIN_MAX_US: only that long a poll can tell whether polling beats it. */
+  int64_t probe = __atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED);
+  probe = probe < max ? max : probe > cap_ns(max) ? cap_ns(max) : probe;
+  return grant(s, probe > learnt ? probe : learnt);
 }
 
 void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
 {
-  int64_t max = (int64_t)r2s__opt.spin_max_us * 1000;
-  uint32_t next;
-  if (waited_ns > (answered ? SLEEP_SLACK * max : max))
-    next = 0; /* the peer is slow or idle: sleep early */
-  else if (answered) {
-    next = (uint32_t)(waited_ns + waited_ns / 2 < max ? waited_ns + waited_ns / 2 : max);
+  int64_t max = (int64_t)r2s__opt.spin_max_us * 1000, cap = cap_ns(max);
+  int64_t granted = __atomic_load_n(&s->granted_ns, __ATOMIC_RELAXED);
+  int64_t slept = __atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED);
+  int64_t now = __atomic_load_n(&s->budget_ns, __ATOMIC_RELAXED), next;
+  bool woken = false;
+  if (!answered) {
+    if (waited_ns <= max) return; /* no answer yet, but not long: it says nothing */
+    next = 0;                     /* the peer is slow or idle: sleep early */
+  } else if (waited_ns <= max) {
+    /* 1.5 times this wait, but down by an eighth at most per wait: answers
+     * that jitter are still polled for */
+    next = waited_ns + waited_ns / 2;
+    if (next < now - now / 8) next = now - now / 8;
+    if (next > max) next = max;
     __atomic_store_n(&s->probe_gap, 0, __ATOMIC_RELAXED); /* quick again: probe soon if it slows */
-  } else
-    return; /* no answer yet, but not long: it says nothing */
-  __atomic_store_n(&s->budget_ns, next, __ATOMIC_RELAXED);
+  } else if (waited_ns > cap) {
+    next = 0;
+  } else if (waited_ns <= granted + granted / 8) {
+    /* Answered while polling past SPIN_MAX_US (a probe, or a budget learnt
+     * so): worth it only if clearly sooner than waits that slept. */
+    bool wins = slept > 0 && waited_ns < slept - slept / WIN_MARGIN;
+    next = wins ? (waited_ns + waited_ns / 2 < cap ? waited_ns + waited_ns / 2 : cap) : 0;
+  } else {
+    /* Answered after a sleep: remember how long such waits last. */
+    slept = slept ? slept + (waited_ns - slept) / 4 : waited_ns;
+    __atomic_store_n(&s->slept_ns, (uint32_t)slept, __ATOMIC_RELAXED);
+    next = waited_ns <= SLEEP_SLACK * max ? max : 0;
+    woken = true;
+  }
+  __atomic_store_n(&s->last_slept, woken, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->budget_ns, (uint32_t)next, __ATOMIC_RELAXED);
 }
 
 bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now)

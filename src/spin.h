@@ -11,7 +11,9 @@
  *  - A link with an adaptive budget (RDMA: a round trip of the device costs
  *    microseconds on hardware, tens of them on Soft-RoCE) learns from its
  *    own waits: after a wait that ended within R2SOCK_SPIN_MAX_US, the next
- *    poll lasts up to 1.5 times that wait (never less than SPIN_US); after
+ *    poll lasts up to 1.5 times that wait (never less than SPIN_US, and an
+ *    eighth less than the last budget at least, so that answers that jitter
+ *    are still polled for); after
  *    a longer wait (an idle peer, a timeout) it is back to SPIN_US. Only
  *    waits for the peer's bytes adapt, and only to replies: a wait that
  *    ends with a stream's worth in the ring (16 KiB) is treated as long,
@@ -20,14 +22,23 @@
  *  - A wait that sleeps lasts at least the sleep's costs, which can exceed
  *    SPIN_MAX_US by themselves (Soft-RoCE under emulation: milliseconds).
  *    So an answered wait of up to 4 times SPIN_MAX_US still sets the budget
- *    to SPIN_MAX_US: otherwise two ends that both sleep would each see the
- *    other answer late, for ever. And a link at SPIN_US polls the whole
- *    SPIN_MAX_US now and then (a probe):
- *    after 1 wait, then 2, 4, ... up to 64 waits while probes fail. An
- *    idle application so polls SPIN_US per wait plus SPIN_MAX_US per 64
- *    waits at most; one in a quick exchange skips the sleep's costs. Only
- *    a wait on a few links probes: poll/epoll over many use what their
- *    links learnt.
+ *    to SPIN_MAX_US. And a link at SPIN_US, or whose last answered wait
+ *    slept past SPIN_MAX_US all the same, polls longer now and then (a
+ *    probe): after 1 wait, then 2, 4, ... up to 64 waits while probes fail.
+ *  - Two ends that both sleep each see the other answer late, because the
+ *    other slept: each wait lasts two wake-ups. Polling SPIN_MAX_US cannot
+ *    tell them apart from slow peers when a wake-up costs more than that.
+ *    So a link remembers how long its answered waits that slept lasted (a
+ *    moving mean), and a probe polls that long (at least SPIN_MAX_US, at
+ *    most 16 times it). A probe answered while polling past SPIN_MAX_US
+ *    clearly sooner than those waits (by a quarter) shows polling beats
+ *    sleeping: the budget becomes 1.5 times that wait (up to the same cap),
+ *    and the peer, whose waits now end quickly, learns to poll too. A probe
+ *    answered no sooner than a sleep would have been is a slow peer: back
+ *    to SPIN_US. An idle application so polls SPIN_US per wait plus one
+ *    probe per 64 waits at most, a probe as long as its waits that slept;
+ *    one in a quick exchange skips the sleep's costs. Only a wait on a few
+ *    links probes: poll/epoll over many use what their links learnt.
  *  - Past the first SPIN_US a poll yields the CPU between looks, so that on
  *    a small machine the peer (or Soft-RoCE's kernel threads) still runs.
  *    A wait whose peer last ran on this very CPU yields from its first look:
@@ -46,6 +57,9 @@
 typedef struct r2s_spin_s {
   uint32_t budget_ns;
   uint32_t probe_in, probe_gap; /* waits until the next probe, and the gap after it */
+  uint32_t granted_ns;          /* the budget last handed out */
+  uint32_t slept_ns;            /* how long answered waits that slept last (a moving mean) */
+  bool last_slept;              /* the last answered wait slept past SPIN_MAX_US */
 } r2s_spin_t;
 
 /* The budget of the next poll: SPIN_US, or the learnt one if adaptive;

@@ -1,7 +1,8 @@
 /* Spin budgets (spin.h): a fixed link polls SPIN_US; an adaptive one polls
- * 1.5 times its last quick wait, falls back after a long one, probes with
- * SPIN_MAX_US at doubling gaps, and the polling loop ends on readiness or
- * at its budget. */
+ * 1.5 times its last quick wait, falls back after a long one, probes at
+ * doubling gaps, polls past SPIN_MAX_US only where that beats sleeping
+ * (modelled ping-pongs), and the polling loop ends on readiness or at its
+ * budget. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -37,21 +38,31 @@ static void test_quick_waits_lengthen_the_poll(void **state)
   r2s_spin_t s = {0};
   r2s__spin_learn(&s, 100 * US, true);
   assert_int_equal(r2s__spin_budget(&s, true, true), 150 * US);
+  /* down by an eighth at most per wait, so that answers that jitter are
+   * still polled for, to 1.5 times the wait */
   r2s__spin_learn(&s, 40 * US, true);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 150 * US - 150 * US / 8);
+  for (int i = 0; i < 20; i++) r2s__spin_learn(&s, 40 * US, true);
   assert_int_equal(r2s__spin_budget(&s, true, true), 60 * US);
   /* capped at SPIN_MAX_US */
   r2s__spin_learn(&s, 900 * US, true);
   assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
-  /* an answered wait that slept counts as quick up to 4 times the maximum */
+  /* an answered wait that slept counts as quick up to 4 times the maximum;
+   * since it slept all the same, the next wait is a probe as long as it */
   r2s__spin_learn(&s, 3500 * US, true);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 3500 * US);
   assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
-  /* a wait unanswered but short says nothing */
+  /* a wait unanswered but short says nothing: the next probe comes after
+   * a gap of one wait */
   r2s__spin_learn(&s, 500 * US, false);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 3500 * US);
+  assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
   assert_int_equal(r2s__spin_budget(&s, true, true), 1000 * US);
   /* a quick answer never polls less than SPIN_US */
-  r2s__spin_learn(&s, 2 * US, true);
-  int64_t b = r2s__spin_budget(&s, true, true);
-  assert_true(b == 20 * US || b == 1000 * US); /* SPIN_US, or a probe */
+  r2s_spin_t q = {0};
+  r2s__spin_learn(&q, 2 * US, true);
+  assert_int_equal(r2s__spin_budget(&q, true, true), 1000 * US); /* the first probe */
+  assert_int_equal(r2s__spin_budget(&q, true, true), 20 * US);
 }
 
 static void test_long_waits_fall_back_and_probe_rarely(void **state)
@@ -61,12 +72,13 @@ static void test_long_waits_fall_back_and_probe_rarely(void **state)
   r2s__spin_learn(&s, 100 * US, true);
   r2s__spin_learn(&s, 5000 * US, true); /* an idle peer */
   /* From now on SPIN_US, except probes after gaps of 1, 2, 4, ... 64 waits
-   * while every wait stays long. */
+   * while every wait stays long; a probe polls as long as the answered wait
+   * that slept (5 ms), which is longer than SPIN_MAX_US. */
   int probes = 0, waits = 2000, last_probe = -1, gap = 0;
   for (int i = 0; i < waits; i++) {
     int64_t b = r2s__spin_budget(&s, true, true);
-    assert_true(b == 20 * US || b == 1000 * US);
-    if (b == 1000 * US) {
+    assert_true(b == 20 * US || b == 5000 * US);
+    if (b == 5000 * US) {
       if (last_probe >= 0) {
         assert_true(i - last_probe >= gap);
         gap = i - last_probe;
@@ -74,7 +86,7 @@ static void test_long_waits_fall_back_and_probe_rarely(void **state)
       last_probe = i;
       probes++;
     }
-    r2s__spin_learn(&s, b == 1000 * US ? 1100 * US : 5000 * US, false);
+    r2s__spin_learn(&s, b == 5000 * US ? 5100 * US : 5000 * US, false);
   }
   assert_true(probes >= 2);
   assert_true(probes <= waits / 64 + 8);
@@ -97,6 +109,117 @@ static void test_zero_max_disables_adapting(void **state)
   r2s_spin_t s = {0};
   r2s__spin_learn(&s, 0, true);
   for (int i = 0; i < 200; i++) assert_int_equal(r2s__spin_budget(&s, true, true), 20 * US);
+}
+
+/* A model of a 64 B ping-pong in simulated time: a message takes `one_way`
+ * ns; an end that polls through its budget sleeps, and once the message is
+ * there it costs `wake` ns more to wake up. */
+typedef struct end_s {
+  r2s_spin_t spin;
+  int64_t began, budget; /* the current wait */
+  int64_t polled_ns;     /* time spent polling, over all waits */
+  int sleeps;
+} end_t;
+
+static void end_wait(end_t *e, int64_t now)
+{
+  e->began = now;
+  e->budget = r2s__spin_budget(&e->spin, true, true);
+}
+
+/* The end's wait ends with the message that arrives at `arrival`: returns
+ * when the end has it. */
+static int64_t end_receive(end_t *e, int64_t arrival, int64_t wake)
+{
+  bool slept = arrival - e->began > e->budget;
+  int64_t got = slept ? arrival + wake : arrival;
+  e->polled_ns += slept ? e->budget : arrival - e->began;
+  e->sleeps += slept;
+  r2s__spin_learn(&e->spin, got - e->began, true);
+  return got;
+}
+
+/* Where a slow phase of the host leaves an end: its last wait slept and
+ * lasted 10 ms, and `waits` more passed at SPIN_US (so that the two ends'
+ * probes fall out of step). */
+static void after_slow_phase(end_t *e, int waits)
+{
+  r2s__spin_learn(&e->spin, 100 * US, true);
+  r2s__spin_learn(&e->spin, 10000 * US, true);
+  for (int i = 0; i < waits; i++) {
+    end_wait(e, 0);
+    r2s__spin_learn(&e->spin, 10000 * US, true);
+  }
+}
+
+/* Two adaptive ends exchange `n` messages each way; returns how many of the
+ * last `tail` exchanges had an end sleep. */
+static int ping_pong_sleeps(int64_t one_way, int64_t wake, int skew, int n, int tail)
+{
+  end_t a = {0}, b = {0};
+  after_slow_phase(&a, 0);
+  after_slow_phase(&b, skew);
+  int64_t now = 0;
+  end_wait(&b, now);
+  int late = 0;
+  for (int i = 0; i < n; i++) {
+    int sleeps = a.sleeps + b.sleeps;
+    end_wait(&a, now); /* a sends its request, then waits for the reply */
+    now = end_receive(&b, now + one_way, wake);
+    end_wait(&b, now); /* b replies at once, then waits for the next request */
+    now = end_receive(&a, now + one_way, wake);
+    if (i >= n - tail && a.sleeps + b.sleeps > sleeps) late++;
+  }
+  return late;
+}
+
+static void test_two_sleeping_ends_find_polling_again(void **state)
+{
+  (void)state;
+  /* Soft-RoCE under emulation: a round trip of 40 us (one guest) or 800 us
+   * (two guests), a wake-up of 0.7 to 5 ms. Polling wins by far, but each
+   * end's wait is long only because the other slept, and a poll of
+   * SPIN_MAX_US finds no answer: waits of up to 4 times SPIN_MAX_US keep
+   * the budget at SPIN_MAX_US, longer ones drop it to SPIN_US. */
+  for (int skew = 0; skew < 130; skew++) {
+    assert_int_equal(ping_pong_sleeps(20 * US, 4000 * US, skew, 1000, 200), 0);
+    assert_int_equal(ping_pong_sleeps(20 * US, 2000 * US, skew, 1000, 200), 0);
+    assert_int_equal(ping_pong_sleeps(400 * US, 5000 * US, skew, 1000, 200), 0);
+    assert_int_equal(ping_pong_sleeps(200 * US, 1500 * US, skew, 1000, 200), 0);
+    assert_int_equal(ping_pong_sleeps(200 * US, 700 * US, skew, 1000, 200), 0);
+  }
+}
+
+/* An adaptive end against a peer that answers `think` ns after each request
+ * and never sleeps; returns the mean time the end polled per wait. */
+static int64_t polled_per_wait(int64_t one_way, int64_t wake, int64_t think, int n)
+{
+  end_t a = {0};
+  int64_t now = 0;
+  for (int i = 0; i < n; i++) {
+    end_wait(&a, now);
+    now = end_receive(&a, now + 2 * one_way + think, wake);
+  }
+  return a.polled_ns / n;
+}
+
+static void test_slow_peers_are_not_polled_for(void **state)
+{
+  (void)state;
+  /* Hardware: a round trip of 10 us, a wake-up of 30 us. A peer that thinks
+   * for 5 or 15 ms is slept for: polling costs SPIN_US a wait, plus now and
+   * then a probe as long as a wait. */
+  assert_true(polled_per_wait(5 * US, 30 * US, 5000 * US, 2000) < 20 * US + 5000 * US / 32);
+  assert_true(polled_per_wait(5 * US, 30 * US, 15000 * US, 2000) < 20 * US + 15000 * US / 32);
+  /* An idle peer (1 s): SPIN_US and a probe of SPIN_MAX_US now and then. */
+  assert_true(polled_per_wait(5 * US, 30 * US, 1000000 * US, 500) < 20 * US + 1000 * US / 32);
+  /* A peer that answers in 300 us is polled for. */
+  assert_true(polled_per_wait(5 * US, 30 * US, 300 * US, 200) >= 300 * US);
+  end_t a = {0};
+  end_wait(&a, 0);
+  end_receive(&a, 310 * US, 30 * US);
+  end_wait(&a, 0);
+  assert_true(a.budget >= 310 * US);
 }
 
 static int countdown;
@@ -136,6 +259,8 @@ int main(void)
       cmocka_unit_test_setup(test_sets_of_links_do_not_probe, setup),
       cmocka_unit_test_setup(test_zero_max_disables_adapting, setup),
       cmocka_unit_test_setup(test_poll_ends_on_ready_or_budget, setup),
+      cmocka_unit_test_setup(test_two_sleeping_ends_find_polling_again, setup),
+      cmocka_unit_test_setup(test_slow_peers_are_not_polled_for, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
