@@ -20,9 +20,9 @@ server --port P --mode write|oob --record FILE
     refused urgent byte, A: those of them that took bytes).
 client --port P --save FILE
     Connects, sends its request after a pause, and reads nothing until
-    LATE seconds in (the server is stuck by then); then sets SO_OOBINLINE
-    (so that the urgent byte stays in the stream at its place), reads to
-    the end of the stream into FILE and half-closes. Prints:
+    LATE seconds in (the server is stuck by then); then peeks at the first
+    byte, sets SO_OOBINLINE (so that the urgent byte stays in the stream at
+    its place), reads to the end of the stream into FILE and half-closes. Prints:
       oob_full_peer client: received=N
 """
 import argparse
@@ -36,8 +36,8 @@ from peer_streams import accept_one, recv_all, stream
 TOTAL = 16 << 20
 BUF = 8192
 CHUNK = 100
-STUCK = 1.5
-LATE = 4.0
+STUCK = 2.0
+LATE = 5.0
 MORE = 64 << 10
 AFTER_WRITES = 8
 DEADLINE = 30.0
@@ -121,11 +121,15 @@ def client(a):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUF)
     s.connect(("127.0.0.1", a.port))
     began = time.monotonic()
-    time.sleep(0.6)  # the server's socket is full of frames by now
+    time.sleep(1.0)  # the server's socket is full of frames by now
     s.sendall(b"GET")
     time.sleep(max(0.0, LATE - (time.monotonic() - began)))
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
+    # A peek first: it makes our shim read the server's switch mark (if its
+    # request did not), which SO_OOBINLINE would put into the stream.
     s.settimeout(DEADLINE)
+    if len(s.recv(1, socket.MSG_PEEK)) != 1:
+        sys.exit("oob_full_peer client: the end of the stream before any byte")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
     got = recv_all(s)
     with open(a.save, "wb") as f:
         f.write(got)
