@@ -333,23 +333,44 @@ bool r2s__link_may_read_ahead(r2s_link_t *l)
  * unread: a premature EOF that the 1000-connection test hit under load. */
 bool r2s__link_tx_in_ring(r2s_link_t *l)
 {
+  /* The same holds for a PLAIN frame (r2s__link_send_oob): the ring ends
+   * where it says, so nothing more may go in while it waits; the kernel's
+   * POLLOUT says when it can leave. */
   return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
-         !__atomic_load_n(&l->ring_unsent, __ATOMIC_ACQUIRE);
+         !__atomic_load_n(&l->ring_unsent, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&l->plain_unsent, __ATOMIC_ACQUIRE);
 }
 
 /* ---- send side: control bytes ---- */
 
-/* Queues control bytes behind anything still pending; tx_lock held. */
+/* Queues control bytes behind anything still pending; tx_lock held. None
+ * behind our PLAIN frame: the peer reads what follows it as application
+ * bytes. */
 static int queue_ctrl(r2s_link_t *l, const void *p, size_t len)
 {
+  if (l->plain_unsent) return -EPIPE;
   if (len > sizeof l->tx_pending - l->tx_pending_len) return -ENOBUFS;
   memcpy(l->tx_pending + l->tx_pending_len, p, len);
   l->tx_pending_len += (uint32_t)len;
   return 0;
 }
 
+/* Our PLAIN frame is all in the kernel: the send direction is plain TCP
+ * from here on (r2s__link_send_oob). The state first, then the flag: a
+ * lockless r2s__link_tx_in_ring never sees the ring open in between.
+ * tx_lock held. */
+static void plain_sent_locked(r2s_link_t *l)
+{
+  l->tcp_reason = R2S_REASON_APP_OOB;
+  set_tx(l, R2S_TX_PLAIN);
+  __atomic_store_n(&l->plain_unsent, false, __ATOMIC_RELEASE);
+  settle_plain(l);
+  R2S_STAT_INC(oob_fallbacks);
+}
+
 /* Pushes pending control bytes into the socket; 0 when all went, -EAGAIN
- * when some are left. tx_lock held. */
+ * when some are left. A PLAIN frame among them turns the direction plain
+ * once it has left, whoever pushed it. tx_lock held. */
 static int flush_ctrl(r2s_link_t *l, int fd)
 {
   while (l->tx_pending_len) {
@@ -359,6 +380,7 @@ static int flush_ctrl(r2s_link_t *l, int fd)
     l->tx_pending_len -= (uint32_t)n;
   }
   if (__atomic_load_n(&l->ring_unsent, __ATOMIC_RELAXED)) __atomic_store_n(&l->ring_unsent, false, __ATOMIC_RELEASE);
+  if (l->plain_unsent) plain_sent_locked(l);
   return 0;
 }
 
@@ -608,7 +630,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
 {
   send_ready_locked(l, fd);
   if (l->tx_state != R2S_TX_FRAMES || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) ||
-      l->tx_data_left || l->no_ring)
+      l->tx_data_left || l->no_ring || l->plain_unsent)
     return;
   /* Writes into a ring whose end is not ready would be lost (RDMA: the
    * peer's queue pair drops them until it has read our handshake). */
@@ -1209,6 +1231,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         n = rc;
         break;
       }
+      if (l->tx_state != R2S_TX_FRAMES) continue; /* our PLAIN frame left: TCP from here */
       /* The peer's handshake (or READY) may be waiting unread on our side.
        * Looked for at doubling intervals, so a peer that never sends one
        * costs little, and at least every PROBE_BYTES, so large writes do
@@ -1229,10 +1252,11 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     case R2S_TX_RING: {
       int rc = flush_ctrl(l, fd);
-      if (rc < 0 && (rc != -EAGAIN || l->ring_unsent)) { /* see r2s__link_tx_in_ring */
+      if (rc < 0 && (rc != -EAGAIN || l->ring_unsent || l->plain_unsent)) { /* see r2s__link_tx_in_ring */
         n = rc;
         break;
       }
+      if (l->tx_state != R2S_TX_RING) continue; /* our PLAIN frame left: TCP from here */
       n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
       if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
@@ -1338,11 +1362,16 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
     ssize_t n = r2s__libc.send(fd, buf, len, flags);
     return n < 0 ? -errno : n;
   }
-  if (!rc) {
+  /* Once queued, the PLAIN frame is ours to send, whatever this call
+   * returns: the ring or the frames end where it says (plain_unsent keeps
+   * every other byte out), and the flush that empties the queue turns the
+   * direction plain (flush_ctrl). A retry finds it queued, or gone. */
+  if (!rc && !l->plain_unsent) {
     uint8_t f[R2S_FRAME_HDR_LEN + 8];
     uint64_t at = l->tx_state == R2S_TX_RING ? TP(l)->produced(TPS(l)) : 0;
     r2s__frame_u64_encode(R2S_FRAME_PLAIN, at, f, sizeof f);
     rc = queue_ctrl(l, f, sizeof f);
+    if (!rc) __atomic_store_n(&l->plain_unsent, true, __ATOMIC_RELEASE);
   }
   /* The PLAIN frame must be in the socket before the urgent byte. */
   while (!rc && l->tx_pending_len) {
@@ -1357,10 +1386,6 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
     pthread_mutex_unlock(&l->tx_lock);
     return rc;
   }
-  l->tcp_reason = R2S_REASON_APP_OOB;
-  set_tx(l, R2S_TX_PLAIN);
-  settle_plain(l);
-  R2S_STAT_INC(oob_fallbacks);
   l->app_urgent_sent = true;
   pthread_mutex_unlock(&l->tx_lock);
   ssize_t n = r2s__libc.send(fd, buf, len, flags);
@@ -1606,7 +1631,9 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
   }
   /* The kernel's FIN follows everything queued: the peer sees the end of
    * the stream after the last frame, and after the last ring byte (the
-   * transport's flush made sure those are in the peer's ring). */
+   * transport's flush made sure those are in the peer's ring). A PLAIN
+   * frame still queued is cut off, but no byte lies behind it: the peer
+   * reads its ring or frames to their end, as without the frame. */
   return r2s__libc.shutdown(fd, how) < 0 ? -errno : 0;
 }
 
