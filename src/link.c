@@ -415,6 +415,11 @@ static void send_ready_locked(r2s_link_t *l, int fd)
 {
   uint8_t h[R2S_FRAME_HDR_LEN];
   if (!l->ready_owed || l->tx_data_left) return;
+  /* Only a direction that carries frames can carry READY: after our PLAIN
+   * (urgent data sent while a DATA frame held READY back) the peer would
+   * read it as application bytes, and it writes nothing into our ring
+   * without it: it stays on frames. */
+  if (l->tx_state != R2S_TX_FRAMES && l->tx_state != R2S_TX_RING) return;
   r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_READY, 0);
   if (queue_ctrl(l, h, sizeof h) == 0) {
     l->ready_owed = false;
