@@ -87,18 +87,29 @@ static uint64_t start_ticks(void)
   return v;
 }
 
-/* True when PID no longer runs: no such process, or a zombie. A process
- * killed with SIGKILL stays a zombie until its parent reaps it, and its
- * peer, which notices the kill at once, may exit (and sweep) before that:
- * a sweep that took zombies for alive left their segments behind. A pid of
- * another user's live process (EPERM) is not ours to judge. */
+/* The kernel's PF_EXITING (include/linux/sched.h), in the flags field of
+ * /proc/PID/stat: set as a process starts to exit, before its files close. */
+#define PROC_EXITING 0x4u
+
+/* True when PID no longer runs: no such process, a zombie, or one on its
+ * way out. A process killed with SIGKILL stays a zombie until its parent
+ * reaps it, and its peer, which notices the kill at once, may exit (and
+ * sweep) before that: a sweep that took zombies for alive left their
+ * segments behind. Earlier still, the peer sees the end of the stream as
+ * soon as the killed process's sockets close, which happens during its exit
+ * and before it is a zombie (CI's fault-kill-early met that window once):
+ * hence the exiting flag. A pid of another user's live process (EPERM) is
+ * not ours to judge. */
 static bool gone(int pid)
 {
   if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   const char *f = proc_stat(path, buf, sizeof buf);
-  return f && (f[0] == 'Z' || f[0] == 'X');
+  char state = 0;
+  unsigned flags = 0;
+  if (!f || sscanf(f, "%c %*d %*d %*d %*d %*d %u", &state, &flags) < 1) return false;
+  return state == 'Z' || state == 'X' || (flags & PROC_EXITING);
 }
 
 /* Segments of processes that died without their destructor (killed): the
