@@ -384,14 +384,21 @@ static int flush_ctrl(r2s_link_t *l, int fd)
   return 0;
 }
 
+/* Whether our send direction carries the shim's frames: only then may a
+ * DOORBELL or READY go out. Before our switch, and after our PLAIN (the
+ * application sent urgent data), it carries the application's bytes, and
+ * the peer would read a frame as data. tx_lock held. */
+static bool carries_frames(const r2s_link_t *l)
+{
+  return l->tx_state == R2S_TX_FRAMES || l->tx_state == R2S_TX_RING;
+}
+
 static void send_doorbell_locked(r2s_link_t *l, int fd)
 {
   uint8_t h[R2S_FRAME_HDR_LEN];
-  /* Only a direction that carries frames can carry a doorbell. After our
-   * PLAIN (the application sent urgent data) it carries the application's
-   * bytes again, and the peer would read the frame as 8 bytes of data; its
-   * sleeping producer finds the room when its sleep slice ends. */
-  if (l->tx_state != R2S_TX_FRAMES && l->tx_state != R2S_TX_RING) return;
+  /* After our PLAIN, the peer's sleeping producer finds the room when its
+   * sleep slice ends. */
+  if (!carries_frames(l)) return;
   r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_DOORBELL, 0);
   /* A doorbell behind a DATA frame in flight would land inside it; the
    * ring is not in use then anyway. */
@@ -415,11 +422,10 @@ static void send_ready_locked(r2s_link_t *l, int fd)
 {
   uint8_t h[R2S_FRAME_HDR_LEN];
   if (!l->ready_owed || l->tx_data_left) return;
-  /* Only a direction that carries frames can carry READY: after our PLAIN
-   * (urgent data sent while a DATA frame held READY back) the peer would
-   * read it as application bytes, and it writes nothing into our ring
-   * without it: it stays on frames. */
-  if (l->tx_state != R2S_TX_FRAMES && l->tx_state != R2S_TX_RING) return;
+  /* After our PLAIN (urgent data sent while a DATA frame held READY back)
+   * the peer writes nothing into our ring without READY: it stays on
+   * frames. */
+  if (!carries_frames(l)) return;
   r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_READY, 0);
   if (queue_ctrl(l, h, sizeof h) == 0) {
     l->ready_owed = false;
@@ -1257,7 +1263,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     case R2S_TX_RING: {
       int rc = flush_ctrl(l, fd);
-      if (rc < 0 && (rc != -EAGAIN || l->ring_unsent || l->plain_unsent)) { /* see r2s__link_tx_in_ring */
+      if (rc < 0 && (rc != -EAGAIN || !r2s__link_tx_in_ring(l))) {
         n = rc;
         break;
       }

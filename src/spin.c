@@ -51,8 +51,8 @@ int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe)
   __atomic_store_n(&s->probe_in, gap, __ATOMIC_RELAXED);
   /* A probe polls as long as a wait that slept has lasted, if longer than
    * SPIN_MAX_US: only that long a poll can tell whether polling beats it. */
-  int64_t probe = __atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED);
-  probe = probe < max ? max : probe > cap_ns(max) ? cap_ns(max) : probe;
+  int64_t probe = __atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED), cap = cap_ns(max);
+  probe = probe < max ? max : probe > cap ? cap : probe;
   return grant(s, probe > learnt ? probe : learnt);
 }
 
