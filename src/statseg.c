@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "link.h"
 #include "log.h"
 #include "options.h"
+#include "proc.h"
 #include "stats.h"
 
 _Static_assert(R2S_STAT_COUNT <= R2S_STATSEG_MAX_STATS, "the header has room for every counter");
@@ -60,56 +60,17 @@ static void make_name(char *buf, size_t len, int pid)
   snprintf(buf, len, R2S_STATSEG_DIR "/" R2S_STATSEG_PREFIX "%d", pid);
 }
 
-/* The fields of /proc/PATH/stat after the program name (which may hold
- * spaces and parentheses), from the state letter on; NULL if unreadable. */
-static const char *proc_stat(const char *path, char *buf, size_t len)
-{
-  int fd = r2s__open_raw(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return NULL;
-  ssize_t n = r2s__libc.read(fd, buf, len - 1);
-  r2s__libc.close(fd);
-  if (n <= 0) return NULL;
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  return p && p[1] == ' ' ? p + 2 : NULL;
-}
-
 /* Field 22 of /proc/self/stat: the start time that, with the pid, names this
  * process for good (a reader tells a recycled pid by it). 0 if unreadable. */
 static uint64_t start_ticks(void)
 {
   char buf[1024];
-  const char *f = proc_stat("/proc/self/stat", buf, sizeof buf);
+  const char *f = r2s__proc_stat(0, buf, sizeof buf);
   unsigned long long v = 0;
   if (!f || sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
                    &v) != 1)
     return 0;
   return v;
-}
-
-/* The kernel's PF_EXITING (include/linux/sched.h), in the flags field of
- * /proc/PID/stat: set as a process starts to exit, before its files close. */
-#define PROC_EXITING 0x4u
-
-/* True when PID no longer runs: no such process, a zombie, or one on its
- * way out. A process killed with SIGKILL stays a zombie until its parent
- * reaps it, and its peer, which notices the kill at once, may exit (and
- * sweep) before that: a sweep that took zombies for alive left their
- * segments behind. Earlier still, the peer sees the end of the stream as
- * soon as the killed process's sockets close, which happens during its exit
- * and before it is a zombie (CI's fault-kill-early met that window once):
- * hence the exiting flag. A pid of another user's live process (EPERM) is
- * not ours to judge. */
-static bool gone(int pid)
-{
-  if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  const char *f = proc_stat(path, buf, sizeof buf);
-  char state = 0;
-  unsigned flags = 0;
-  if (!f || sscanf(f, "%c %*d %*d %*d %*d %*d %u", &state, &flags) < 1) return false;
-  return state == 'Z' || state == 'X' || (flags & PROC_EXITING);
 }
 
 /* Segments of processes that died without their destructor (killed): the
@@ -126,7 +87,7 @@ static void sweep_dead(void)
     char *end;
     long pid = strtol(e->d_name + plen, &end, 10);
     if (*end || pid <= 0 || pid > INT32_MAX || pid == getpid()) continue;
-    if (!gone((int)pid)) continue;
+    if (!r2s__proc_gone((int)pid)) continue;
     char name[64];
     make_name(name, sizeof name, (int)pid);
     (void)unlink(name);
@@ -404,5 +365,8 @@ void r2s__statseg_exit(void)
     sweep_dead();
   }
   seg_name[0] = '\0';
+  /* A thread that opens a connection after this must not make a segment
+   * that no destructor would remove. */
+  seg_failed = true;
   pthread_mutex_unlock(&seg_lock);
 }

@@ -53,7 +53,8 @@ void r2s__statseg_fork_prepare(void);
 void r2s__statseg_fork_parent(void);
 void r2s__statseg_fork_child(void);
 
-/* At exit: remove the segment's name. */
+/* At exit: remove the segment's name (and sweep the dead's); no segment is
+ * made after this. */
 void r2s__statseg_exit(void);
 
 #endif

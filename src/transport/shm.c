@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "libc.h"
 #include "log.h"
 #include "options.h"
+#include "proc.h"
 #include "ring.h"
 #include "transport.h"
 
@@ -61,7 +61,7 @@ static void sweep_orphans(void)
   while ((e = readdir(d)) != NULL) {
     int pid;
     if (sscanf(e->d_name, "r2s-%d-", &pid) != 1 || pid <= 0 || pid == getpid()) continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    if (!r2s__proc_gone(pid)) continue;
     char name[R2S_SHM_NAME_MAX + 2];
     if (snprintf(name, sizeof name, "/%s", e->d_name) < (int)sizeof name) shm_unlink(name);
   }

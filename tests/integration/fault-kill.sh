@@ -159,7 +159,7 @@ one_run() {
   ((rc == 1)) || fail "$tag: the $survivor exited with status $rc, expected 1 (an error reported); output: $(cat "$TMP/$survivor-$n.log")"
   [[ $err =~ (Connection\ reset\ by\ peer|Broken\ pipe|premature\ EOF) ]] ||
     fail "$tag: the $survivor's error is not a reset, broken pipe or EOF: '${err:-none}'; output: $(cat "$TMP/$survivor-$n.log")"
-  log "$tag: killed $(((t_kill - t_conn) / 1000)) ms after the connection showed up;" \
+  log "$tag: killed $victim pid $vpid $(((t_kill - t_conn) / 1000)) ms after the connection showed up;" \
     "$survivor exited ${ms} ms after the kill: ${err#stream_check }"
   ((ms <= BOUND_MS)) ||
     fail "$tag: the $survivor took $ms ms to notice the dead $victim, bound is $BOUND_MS ms (R2S_SURVIVOR_BOUND_MS)"
