@@ -15,6 +15,7 @@
  * answered sooner than waits that slept, by at least 1/WIN_MARGIN of them. */
 #define POLL_OVER_SLEEP_MAX 16
 #define WIN_MARGIN 4
+#define KEEP_MARGIN 16
 
 /* The longest poll an adaptive link may learn: past SPIN_MAX_US only when
  * polling was seen to beat sleeping (spin.h). */
@@ -62,10 +63,11 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
   int64_t granted = __atomic_load_n(&s->granted_ns, __ATOMIC_RELAXED);
   int64_t slept = __atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED);
   int64_t now = __atomic_load_n(&s->budget_ns, __ATOMIC_RELAXED), next;
-  bool woken = false;
+  bool woken = false, won = __atomic_load_n(&s->won, __ATOMIC_RELAXED);
   if (!answered) {
     if (waited_ns <= max) return; /* no answer yet, but not long: it says nothing */
     next = 0;                     /* the peer is slow or idle: sleep early */
+    won = false;
   } else if (waited_ns <= max) {
     /* 1.5 times this wait, but down by an eighth at most per wait: answers
      * that jitter are still polled for */
@@ -75,11 +77,12 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
     __atomic_store_n(&s->probe_gap, 0, __ATOMIC_RELAXED); /* quick again: probe soon if it slows */
   } else if (waited_ns > cap) {
     next = 0;
+    won = false;
   } else if (waited_ns <= granted + granted / 8) {
     /* Answered while polling past SPIN_MAX_US (a probe, or a budget learnt
      * so): worth it only if clearly sooner than waits that slept. */
-    bool wins = slept > 0 && waited_ns < slept - slept / WIN_MARGIN;
-    next = wins ? (waited_ns + waited_ns / 2 < cap ? waited_ns + waited_ns / 2 : cap) : 0;
+    won = slept > 0 && waited_ns < slept - slept / (won ? KEEP_MARGIN : WIN_MARGIN);
+    next = won ? (waited_ns + waited_ns / 2 < cap ? waited_ns + waited_ns / 2 : cap) : 0;
   } else {
     /* Answered after a sleep: remember how long such waits last. */
     slept = slept ? slept + (waited_ns - slept) / 4 : waited_ns;
@@ -87,6 +90,14 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
     next = waited_ns <= SLEEP_SLACK * max ? max : 0;
     woken = true;
   }
+  /* Where polling was seen to beat sleeping, every answered wait polls at
+   * least as long as a wait that sleeps lasts (spin.h): an answer that
+   * comes later than usual still costs no sleep. */
+  if (won) {
+    int64_t floor = slept < max ? max : slept > cap ? cap : slept;
+    if (next < floor) next = floor;
+  }
+  __atomic_store_n(&s->won, won, __ATOMIC_RELAXED);
   __atomic_store_n(&s->last_slept, woken, __ATOMIC_RELAXED);
   __atomic_store_n(&s->budget_ns, (uint32_t)next, __ATOMIC_RELAXED);
 }

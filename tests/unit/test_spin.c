@@ -190,6 +190,57 @@ static void test_two_sleeping_ends_find_polling_again(void **state)
   }
 }
 
+/* The pair of guests: one-way times that jitter widely (as measured
+ * between two emulated hosts: mostly 100-500 us, a tenth 0.5-2.5 ms; mean
+ * 419 us) and a wake-up of `wake`. Deterministic (xorshift). Returns the
+ * share of exchanges, in per mille, in which an end slept; *mean_ns: the
+ * mean round trip. */
+static uint64_t rng = 88172645463325252ull;
+static int64_t jitter_one_way(void)
+{
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  uint64_t r = rng % 1000;
+  if (r < 900) return (int64_t)(100 + r * 400 / 900) * US;
+  return (int64_t)(500 + (r - 900) * 20) * US;
+}
+
+static int jittery_sleeps_permille(int64_t wake, int n, int64_t *mean_ns)
+{
+  end_t a = {0}, b = {0};
+  int64_t now = 0;
+  end_wait(&b, now);
+  int late = 0;
+  for (int i = 0; i < n; i++) {
+    int sleeps = a.sleeps + b.sleeps;
+    end_wait(&a, now);
+    now = end_receive(&b, now + jitter_one_way(), wake);
+    end_wait(&b, now);
+    now = end_receive(&a, now + jitter_one_way(), wake);
+    late += a.sleeps + b.sleeps > sleeps;
+  }
+  *mean_ns = now / n;
+  return late * 1000 / n;
+}
+
+static void test_jittery_round_trips_are_polled_for(void **state)
+{
+  (void)state;
+  /* The budget follows the last waits (1.5 times, an eighth less per wait
+   * at most) and cannot pass SPIN_MAX_US by itself: a round trip longer
+   * than the last few used to sleep, and then both ends slept (45 % of the
+   * exchanges, a mean round trip of 1.5 to 3.7 ms against 0.84 ms for
+   * pure polling). Once polling has won, every wait polls at least as long
+   * as a wait that sleeps lasts. */
+  for (int64_t wake = 1000 * US; wake <= 4000 * US; wake += 1000 * US) {
+    int64_t mean;
+    int pm = jittery_sleeps_permille(wake, 20000, &mean);
+    print_message("wake-up %lld us: %d per mille of exchanges slept, mean round trip %lld us\n",
+                  (long long)(wake / US), pm, (long long)(mean / US));
+    assert_true(pm <= 50);
+    assert_true(mean <= 2 * 419 * US * 6 / 5);
+  }
+}
+
 /* An adaptive end against a peer that answers `think` ns after each request
  * and never sleeps; returns the mean time the end polled per wait. */
 static int64_t polled_per_wait(int64_t one_way, int64_t wake, int64_t think, int n)
@@ -220,6 +271,29 @@ static void test_slow_peers_are_not_polled_for(void **state)
   end_receive(&a, 310 * US, 30 * US);
   end_wait(&a, 0);
   assert_true(a.budget >= 310 * US);
+}
+
+static void test_won_polling_ends_when_the_peer_idles(void **state)
+{
+  (void)state;
+  /* An end of the jittery pair that learnt to poll (wake-up 2 ms)... */
+  end_t a = {0};
+  int64_t now = 0;
+  for (int i = 0; i < 2000; i++) {
+    end_wait(&a, now);
+    now = end_receive(&a, now + jitter_one_way() + jitter_one_way(), 2000 * US);
+  }
+  assert_true(a.spin.won);
+  /* ...then its peer idles (1 s between answers): one long poll, then
+   * SPIN_US a wait and a probe now and then, as for any idle peer. */
+  a.polled_ns = 0;
+  int n = 500;
+  for (int i = 0; i < n; i++) {
+    end_wait(&a, now);
+    now = end_receive(&a, now + 1000000 * US, 2000 * US);
+  }
+  assert_false(a.spin.won);
+  assert_true(a.polled_ns / n < 20 * US + 16 * 1000 * US / 32);
 }
 
 static int countdown;
@@ -261,6 +335,8 @@ int main(void)
       cmocka_unit_test_setup(test_poll_ends_on_ready_or_budget, setup),
       cmocka_unit_test_setup(test_two_sleeping_ends_find_polling_again, setup),
       cmocka_unit_test_setup(test_slow_peers_are_not_polled_for, setup),
+      cmocka_unit_test_setup(test_jittery_round_trips_are_polled_for, setup),
+      cmocka_unit_test_setup(test_won_polling_ends_when_the_peer_idles, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
