@@ -95,6 +95,10 @@ bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out)
 bool r2s__parse_ringsize(const char *s, uint64_t *out)
 {
   uint64_t v;
+  if (strcmp(s, "auto") == 0) {
+    *out = 0;
+    return true;
+  }
   if (!r2s__parse_size(s, &v) || v < 4096 || v > (1ull << 30) || (v & (v - 1))) return false;
   *out = v;
   return true;
@@ -222,7 +226,10 @@ static const char *format_bool(const bool *v, char *b, size_t n)
 }
 static const char *format_ringsize(const uint64_t *v, char *b, size_t n)
 {
-  snprintf(b, n, "%llu", (unsigned long long)*v);
+  if (*v == 0)
+    snprintf(b, n, "auto");
+  else
+    snprintf(b, n, "%llu", (unsigned long long)*v);
   return b;
 }
 static const char *format_usec(const unsigned *v, char *b, size_t n)
@@ -267,7 +274,7 @@ static const char *const accepted_level = "error, warn, info, debug or 0-3";
 static const char *const accepted_bool = "1/0, yes/no, on/off, true/false";
 static const char *const accepted_string = "a non-empty string";
 static const char *const accepted_upgrade = "never, auto or a size such as 64K";
-static const char *const accepted_ringsize = "a power of two from 4K to 1G";
+static const char *const accepted_ringsize = "auto, or a power of two from 4K to 1G";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
 static const char *const accepted_seconds = "a whole number of seconds, 0 to 3600";
 static const char *const accepted_transport = "auto, shm or rdma";

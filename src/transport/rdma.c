@@ -428,7 +428,7 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   st->gen = port.dev->gen;
   st->dupfd = -1;
   struct ibv_pd *pd = port.dev->pd;
-  uint64_t size = r2s__opt.ring_size;
+  uint64_t size = r2s__ring_size(true);
   const char *what = "memory";
   rc = -ENOMEM;
   st->own_len = r2s__ring_bytes(size);
@@ -533,7 +533,7 @@ static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   if (o->qpn > 0xffffff || o->psn > 0xffffff || o->mtu < IBV_MTU_256 || o->mtu > IBV_MTU_4096 ||
       !ring_size_ok(o->ring_size))
     return -EPROTO;
-  if (o->ring_size > PEER_RING_MAX && o->ring_size > r2s__opt.ring_size) {
+  if (o->ring_size > PEER_RING_MAX && o->ring_size > r2s__ring_size(true)) {
     r2s__warn("the peer's RDMA ring (%llu bytes) is larger than this end accepts (R2SOCK_RING_SIZE or 16M): "
               "staying on TCP",
               (unsigned long long)o->ring_size);

@@ -83,7 +83,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   static pthread_once_t swept = PTHREAD_ONCE_INIT;
   pthread_once(&swept, sweep_orphans);
   __atomic_store_n(&used_shm, 1, __ATOMIC_RELEASE);
-  uint64_t size = r2s__opt.ring_size;
+  uint64_t size = r2s__ring_size(false);
   r2s_tp_state_t *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
   int rc = random_name(st->name);

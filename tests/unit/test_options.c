@@ -124,6 +124,33 @@ static void test_seconds(void **state)
   assert_int_equal(v, 3600);
 }
 
+static void test_ring_size(void **state)
+{
+  (void)state;
+  uint64_t v = 7;
+  assert_true(r2s__parse_ringsize("auto", &v));
+  assert_int_equal(v, 0);
+  assert_true(r2s__parse_ringsize("4K", &v));
+  assert_int_equal(v, 4096);
+  assert_true(r2s__parse_ringsize("1G", &v));
+  assert_int_equal(v, 1u << 30);
+  const char *bad[] = {"0", "2K", "3M", "2G", "Auto", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    v = 7;
+    assert_false(r2s__parse_ringsize(bad[i], &v));
+    assert_int_equal(v, 7);
+  }
+  /* auto: each transport's own; a set size: every transport's */
+  uint64_t saved = r2s__opt.ring_size;
+  r2s__opt.ring_size = 0;
+  assert_int_equal(r2s__ring_size(false), 512u << 10);
+  assert_int_equal(r2s__ring_size(true), 2u << 20);
+  r2s__opt.ring_size = 64u << 10;
+  assert_int_equal(r2s__ring_size(false), 64u << 10);
+  assert_int_equal(r2s__ring_size(true), 64u << 10);
+  r2s__opt.ring_size = saved;
+}
+
 static void test_load_from_environment(void **state)
 {
   (void)state;
@@ -149,7 +176,8 @@ int main(void)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bool),  cmocka_unit_test(test_size),
       cmocka_unit_test(test_level), cmocka_unit_test(test_upgrade),
-      cmocka_unit_test(test_ports), cmocka_unit_test(test_seconds), cmocka_unit_test(test_load_from_environment),
+      cmocka_unit_test(test_ports), cmocka_unit_test(test_seconds), cmocka_unit_test(test_ring_size),
+      cmocka_unit_test(test_load_from_environment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
