@@ -35,16 +35,16 @@
  *    sleeping: the budget becomes 1.5 times that wait (up to the same cap),
  *    and the peer, whose waits now end quickly, learns to poll too. A probe
  *    answered no sooner than a sleep would have been is a slow peer: back
- *    to SPIN_US.
+ *    to SPIN_US. An idle application so polls SPIN_US per wait plus one
+ *    probe per 64 waits at most, a probe as long as its waits that slept;
+ *    one in a quick exchange skips the sleep's costs. Only a wait on a few
+ *    links probes: poll/epoll over many use what their links learnt.
  *  - Once polling has won so, every answered wait polls at least as long as
  *    waits that slept lasted (the cost a sleep would add), until a poll
  *    past SPIN_MAX_US saves less than a sixteenth of that, or a wait past
  *    SPIN_MAX_US goes unanswered (an idle peer). Round trips between
  *    emulated hosts jitter from 0.2 to 5 ms: a budget that follows the last
- *    few waits slept through the longer ones, and then both ends slept. An idle application so polls SPIN_US per wait plus one
- *    probe per 64 waits at most, a probe as long as its waits that slept;
- *    one in a quick exchange skips the sleep's costs. Only a wait on a few
- *    links probes: poll/epoll over many use what their links learnt.
+ *    few waits slept through the longer ones, and then both ends slept.
  *  - Past the first SPIN_US a poll yields the CPU between looks, so that on
  *    a small machine the peer (or Soft-RoCE's kernel threads) still runs.
  *    A wait whose peer last ran on this very CPU yields from its first look:
