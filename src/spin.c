@@ -25,6 +25,15 @@ static int64_t cap_ns(int64_t max)
   return cap < UINT32_MAX ? cap : UINT32_MAX;
 }
 
+/* How long a poll must last to be weighed against a sleep: as long as the
+ * link's answered waits that slept have lasted, at least SPIN_MAX_US and at
+ * most the cap. Probes poll that long, and a link where polling won polls
+ * at least that long (spin.h). */
+static int64_t sleep_cost(int64_t slept, int64_t max, int64_t cap)
+{
+  return slept < max ? max : slept > cap ? cap : slept;
+}
+
 static int64_t grant(r2s_spin_t *s, int64_t budget)
 {
   __atomic_store_n(&s->granted_ns, (uint32_t)budget, __ATOMIC_RELAXED);
@@ -52,8 +61,7 @@ int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe)
   __atomic_store_n(&s->probe_in, gap, __ATOMIC_RELAXED);
   /* A probe polls as long as a wait that slept has lasted, if longer than
    * SPIN_MAX_US: only that long a poll can tell whether polling beats it. */
-  int64_t probe = __atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED), cap = cap_ns(max);
-  probe = probe < max ? max : probe > cap ? cap : probe;
+  int64_t probe = sleep_cost(__atomic_load_n(&s->slept_ns, __ATOMIC_RELAXED), max, cap_ns(max));
   return grant(s, probe > learnt ? probe : learnt);
 }
 
@@ -94,7 +102,7 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
    * least as long as a wait that sleeps lasts (spin.h): an answer that
    * comes later than usual still costs no sleep. */
   if (won) {
-    int64_t floor = slept < max ? max : slept > cap ? cap : slept;
+    int64_t floor = sleep_cost(slept, max, cap);
     if (next < floor) next = floor;
   }
   __atomic_store_n(&s->won, won, __ATOMIC_RELAXED);
