@@ -110,7 +110,7 @@ const char *r2s__format_ports(const r2s_opt_ports_t *v, char *buf, size_t len);
 /* The ring size of a transport: R2SOCK_RING_SIZE, or when it is auto (0)
  * the transport's own. A ring between two cores needs little; an RDMA link
  * spans a network, and the bytes in flight are bounded by the ring (two
- * emulated hosts: iperf3 at 0.73-0.87x ib_write_bw with 512K, 0.94-1.07x
+ * emulated hosts: iperf3 at 0.73-0.87x ib_write_bw with 512K, 0.94-1.14x
  * with 2M). Over RDMA both ends' rings are pinned memory. */
 #define R2S_RING_AUTO_SHM  (512u << 10)
 #define R2S_RING_AUTO_RDMA (2u << 20)
