@@ -41,6 +41,7 @@
   X(tcp_no_device, "stayed on TCP: a remote peer, and no RDMA device for the connection's address")           \
   X(reset_protocol, "connections reset because the peer broke the protocol (a bad frame or ring index)")     \
   X(reset_rdma, "RDMA connections reset: a work request, the queue pair or the device failed")               \
+  X(rdma_drain_failed, "RDMA closes whose last writes went unacknowledged (the peer was gone)")              \
   X(listeners, "TCP sockets that listened")                                                                  \
   X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of")                       \
   X(bytes_tcp_tx, "payload bytes sent over kernel TCP on tracked connections")                               \

@@ -216,13 +216,14 @@ iperf3_rate() {
 positive() { [ -n "$1" ] && [ "$(echo "$1 > 0" | bc 2>/dev/null)" = 1 ]; }
 
 # --- the shim's statistics ----------------------------------------------------------
-# r2s_stats_check FILE NPROCS KEY MIN: FILE has `r2sock[PID] stats: k=v ...`
-# lines from at least NPROCS processes, and in each of them KEY >= MIN (the
-# last line of a process counts). Prints one line per process.
+# r2s_stats_check FILE NPROCS KEY MIN [MAX]: FILE has `r2sock[PID] stats:
+# k=v ...` lines from at least NPROCS processes, and in each of them
+# MIN <= KEY (<= MAX) (the last line of a process counts). Prints one line
+# per process.
 r2s_stats_check() {
-  local file=$1 nprocs=$2 key=$3 min=$4
+  local file=$1 nprocs=$2 key=$3 min=$4 max=${5:--1}
   [ -s "$file" ] || { say "no stats in $file"; return 1; }
-  awk -v key="$key" -v min="$min" -v n="$nprocs" '
+  awk -v key="$key" -v min="$min" -v max="$max" -v n="$nprocs" '
     match($0, /r2sock\[[0-9]+\] stats:/) {
       pid = substr($0, RSTART, RLENGTH); sub(/^r2sock\[/, "", pid); sub(/\].*/, "", pid)
       seen[pid] = 1
@@ -236,9 +237,10 @@ r2s_stats_check() {
         np++
         if (pid in val) printf "    pid %s: %s=%d\n", pid, key, val[pid]
         else printf "    pid %s: no %s\n", pid, key
-        if (!(pid in val) || val[pid] < min) bad++
+        if (!(pid in val) || val[pid] < min || (max >= 0 && val[pid] > max)) bad++
       }
       if (np < n) { printf "    expected stats of >= %d processes, found %d\n", n, np; exit 1 }
+      if (bad && max >= 0) { printf "    %d process(es) with %s outside %d..%d\n", bad, key, min, max; exit 1 }
       if (bad) { printf "    %d process(es) with %s < %d\n", bad, key, min; exit 1 }
     }' "$file"
 }

@@ -190,6 +190,18 @@ static bool peer_ended(const r2s_tp_state_t *st)
   return s == TCP_CLOSE_WAIT || s == TCP_LAST_ACK || s == TCP_CLOSING || s == TCP_TIME_WAIT || s == TCP_CLOSE;
 }
 
+/* Nothing we posted can matter to the peer any more: it ended its side
+ * (its FIN is here) and its last credit says it read every byte we wrote.
+ * What may still be in flight then is credits and announcements, and the
+ * peer may have destroyed its queue pair already: waiting for their
+ * acknowledgement would wait out the device's retries (about 0.5 s per
+ * close, measured: a third of short request/response connections). */
+static bool peer_done(const r2s_tp_state_t *st)
+{
+  uint64_t written = __atomic_load_n(&st->tx_posted, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&peer_cline(st)->head, __ATOMIC_ACQUIRE) == written && peer_ended(st);
+}
+
 /* The queue pair failed: the connection cannot know which bytes arrived,
  * so it ends. The socket is shut down so that both ends' sleepers wake
  * (and find ECONNRESET here, EOF or a reset there). */
@@ -245,6 +257,7 @@ static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline
     int err = state_error(st);
     if (err) return err;
     if (st->sq_out + need <= SQ_DEPTH) return 0;
+    if (soft && peer_done(st)) return 0;
     /* A peer that reset the TCP connection will not answer: a drain
      * (soft) ends, a sender fails the connection, at once. */
     if (spins > 64 && tcp_reset(st)) {
@@ -337,6 +350,27 @@ static int credit_locked(r2s_tp_state_t *st)
   int rc = post_locked(st, &wr, 1, false);
   if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
   return rc ? rc : report_locked(st, 1);
+}
+
+/* Our head into the peer's credit line, asking for a completion: the last
+ * request of a drain (the completion says every earlier one was placed,
+ * since one queue pair completes in order) and the final credit a peer
+ * that closes after us looks at (peer_done). Rewriting an unchanged head
+ * is harmless, and the line is ours to write from connect on; but it is
+ * only called when something was posted before or the peer wrote to us,
+ * so its queue pair takes writes. The report goes first: nothing may
+ * follow the signalled request. post_lock held. */
+static int final_credit_locked(r2s_tp_state_t *st)
+{
+  if (!st->connected) return 0;
+  (void)report_locked(st, 1);
+  uint64_t h = __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST);
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  inline_write(&wr, &sge, &h, 8, st->r_credit, st->r_credit_rkey);
+  int rc = post_locked(st, &wr, 1, true);
+  if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
+  return rc;
 }
 
 /* Tells the peer we sleep: value into its word at raddr, with an
@@ -925,20 +959,25 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
  * completion so that the wait can end). Not for a peer that is gone: a
  * killed peer's queue pair never answers, and close() then exit() each
  * waited their whole bound for it (survivors of rxe.faults' kills ended
- * 1.6 to 4 s after the kill, against the 1 s the issue allows). */
+ * 1.6 to 4 s after the kill, against the 1 s the issue allows). Nor for
+ * a peer that is done (peer_done). The wait ends on the completion of our
+ * final credit (final_credit_locked), which also tells a peer closing
+ * after us that we are done. */
 void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns)
 {
   if (foreign(st) || tcp_reset(st)) return;
   pthread_mutex_lock(&st->post_lock);
   reap_locked(st);
-  if (st->sq_out && st->unsignalled && st->attached && !state_error(st)) {
-    uint64_t tail = st->peer.tail;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    inline_write(&wr, &sge, &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey);
-    (void)post_locked(st, &wr, 1, true);
+  if (peer_done(st)) {
+    pthread_mutex_unlock(&st->post_lock);
+    return;
   }
-  if (st->sq_out && !state_error(st)) (void)wait_slots_locked(st, SQ_DEPTH, (int64_t)deadline_ns, true);
+  if (!state_error(st) && (st->sq_out || __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST) != st->credit_sent))
+    (void)final_credit_locked(st);
+  /* Counted: each one is a close that waited for the device's retries
+   * (about 0.5 s) or its bound, or found the peer reset. */
+  if (st->sq_out && !state_error(st) && wait_slots_locked(st, SQ_DEPTH, (int64_t)deadline_ns, true) != 0)
+    R2S_STAT_INC(rdma_drain_failed);
   pthread_mutex_unlock(&st->post_lock);
 }
 
