@@ -29,6 +29,9 @@ static void load(void)
   }
   R2S_VERBS_FUNCS(R2S_VERBS_LOAD)
 #undef R2S_VERBS_LOAD
+#define R2S_VERBS_LOAD_OPTIONAL(name, ret, params) *(void **)&v.name = dlsym(h, #name);
+  R2S_VERBS_OPTIONAL(R2S_VERBS_LOAD_OPTIONAL)
+#undef R2S_VERBS_LOAD_OPTIONAL
   r2s__verbs = v;
   load_rc = 0;
 }

@@ -6,7 +6,8 @@
  *    RDMA peer, and many hosts have no rdma-core at all: libibverbs is
  *    dlopen'ed on the first RDMA offer, never linked. r2s__verbs_load()
  *    returns 0 once r2s__verbs is filled, or -ENOENT (library or a symbol
- *    missing); it is idempotent and thread-safe.
+ *    missing); it is idempotent and thread-safe. The optional entries
+ *    (R2S_VERBS_OPTIONAL) may be NULL after a successful load.
  *  - Only the exported functions are in the table. The data-path calls
  *    (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) are
  *    inline functions of <infiniband/verbs.h> that jump through the
@@ -46,9 +47,16 @@
   X(ibv_ack_async_event, void, (struct ibv_async_event *))                                                   \
   X(ibv_wc_status_str, const char *, (enum ibv_wc_status))
 
+/* Entry points the shim can do without (NULL when the library is older
+ * than they are): _ibv_query_gid_table (rdma-core 30) gives a device's
+ * valid GID entries in one call. */
+#define R2S_VERBS_OPTIONAL(X) \
+  X(_ibv_query_gid_table, ssize_t, (struct ibv_context *, struct ibv_gid_entry *, size_t, uint32_t, size_t))
+
 typedef struct r2s_verbs_s {
 #define R2S_VERBS_PTR(name, ret, params) ret(*name) params;
   R2S_VERBS_FUNCS(R2S_VERBS_PTR)
+  R2S_VERBS_OPTIONAL(R2S_VERBS_PTR)
 #undef R2S_VERBS_PTR
 } r2s_verbs_t;
 

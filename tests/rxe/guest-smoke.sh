@@ -14,7 +14,8 @@
 #      redis-benchmark; each asserts from the stats that every process
 #      upgraded its connections to RDMA (conn_rdma) and moved its payload
 #      there, and from rxe0's counters that the packets crossed the device
-#   4. R2SOCK_TRANSPORT=auto on the same host picks shared memory
+#   4. R2SOCK_TRANSPORT=auto on the same host picks shared memory; the GID
+#      found from the address and the one R2SOCK_GID_INDEX names agree
 #   5. a fault: the client is killed mid-transfer; the server ends (EOF or
 #      ECONNRESET) within a bound, with no hang
 #   6. resources: with a memlock limit too small for the rings (and without
@@ -145,6 +146,17 @@ serve_and_connect auto-shm 7001 \
   "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC server --host $IP --port 7001 --once --timeout 60" \
   "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC client --host $IP --port 7001 --bytes 4M --timeout 60"
 step "auto on one host picks shared memory" r2s_stats_check /xfer/stats.auto 2 conn_shm 1
+
+# The GID: the client finds it from its address (the device's table in one
+# call), the server takes R2SOCK_GID_INDEX=1 (a query of that index alone);
+# both must land on rxe0's IPv4 RoCE v2 entry, index 1.
+rm -f /xfer/stats.gid
+serve_and_connect gid-index 7002 \
+  "env $RDMA_ENV R2SOCK_LOG=debug R2SOCK_GID_INDEX=1 R2SOCK_STATS_FILE=/xfer/stats.gid $SC server --host $IP --port 7002 --once --timeout 60" \
+  "env $RDMA_ENV R2SOCK_LOG=debug R2SOCK_STATS_FILE=/xfer/stats.gid $SC client --host $IP --port 7002 --bytes 1M --timeout 60"
+step "gid-index: both ends upgraded to RDMA" r2s_stats_check /xfer/stats.gid 2 conn_rdma 1
+step "gid-index: the server took index 1" grep -q 'RDMA offer: rxe0 port 1 gid index 1 ' "$LOGDIR/gid-index.server.log"
+step "gid-index: the client's address found index 1" grep -q 'RDMA offer: rxe0 port 1 gid index 1 ' "$LOGDIR/gid-index.client.log"
 
 # Fault: kill -9 the client mid-transfer. The server must end by itself
 # (EOF or ECONNRESET: stream_check exits 1 on a short stream) within a
