@@ -2,7 +2,8 @@
  * rr_check: request/response over short connections, one after another, as
  * HTTP/1.0 clients, health checks and connection-per-query programs do.
  * Each connection carries one verified request and one verified response
- * (or --rounds of them, as a short keep-alive does) and then ends: by default the client closes first and the server reads
+ * (or --rounds of them, as a short keep-alive does; with --server-first
+ * the server speaks first, as SMTP or FTP servers greet) and then ends: by default the client closes first and the server reads
  * the end of the stream before it closes; with --server-closes the server
  * closes after its response and the client reads the end of the stream.
  * Both orders matter to a shim: the end that closes second closes a
@@ -33,7 +34,7 @@
 #define MAX_BYTES (1u << 20)
 
 struct opts {
-  bool server, server_closes;
+  bool server, server_closes, server_first;
   const char *host;
   int port, ready_fd;
   unsigned conns, rounds, timeout;
@@ -44,10 +45,12 @@ struct opts {
 static void usage(void)
 {
   fprintf(stderr, "usage: rr_check server [--host ADDR (127.0.0.1)] [--port P] [--ready-fd FD] [--conns N]\n"
-                  "                       [--bytes B] [--rounds R] [--server-closes] [--seed S] [--timeout S]\n"
+                  "                       [--bytes B] [--rounds R] [--server-closes] [--server-first]\n"
+                  "                       [--seed S] [--timeout S]\n"
                   "       rr_check client [--host ADDR] --port P [--conns N]\n"
-                  "                       [--bytes B] [--rounds R] [--server-closes] [--seed S] [--timeout S]\n"
-                  "  Both ends need the same --conns, --bytes, --rounds, --server-closes and --seed.\n");
+                  "                       [--bytes B] [--rounds R] [--server-closes] [--server-first]\n"
+                  "                       [--seed S] [--timeout S]\n"
+                  "  Both ends need the same options but --host, --port, --ready-fd and --timeout.\n");
   exit(SC_EXIT_USAGE);
 }
 
@@ -58,7 +61,7 @@ static void parse(int argc, char **argv, struct opts *o)
       {"ready-fd", required_argument, NULL, 'r'}, {"conns", required_argument, NULL, 'c'},
       {"bytes", required_argument, NULL, 'b'},   {"server-closes", no_argument, NULL, 'S'},
       {"seed", required_argument, NULL, 's'},    {"timeout", required_argument, NULL, 't'},
-      {"rounds", required_argument, NULL, 'n'},
+      {"rounds", required_argument, NULL, 'n'},  {"server-first", no_argument, NULL, 'F'},
       {NULL, 0, NULL, 0},
   };
   long v;
@@ -99,6 +102,9 @@ static void parse(int argc, char **argv, struct opts *o)
     case 'S':
       o->server_closes = true;
       break;
+    case 'F':
+      o->server_first = true;
+      break;
     case 's':
       errno = 0;
       o->seed = strtoull(optarg, NULL, 0);
@@ -115,7 +121,8 @@ static void parse(int argc, char **argv, struct opts *o)
   if (optind != argc || (!o->server && o->port <= 0)) usage();
 }
 
-/* The bytes of exchange i in one direction (0: request, 1: response). */
+/* The bytes of exchange i in one direction (0: the client's, the request;
+ * 1: the server's, the response). */
 static void pattern(const struct opts *o, uint64_t i, int dir, uint8_t *buf)
 {
   uint64_t key = sc_mix64(o->seed ^ (i << 1 | (uint64_t)dir));
@@ -212,12 +219,12 @@ static void one(const struct opts *o, int fd, unsigned i, uint8_t *a, uint8_t *b
 {
   for (unsigned r = 0; r < o->rounds; r++) {
     uint64_t x = (uint64_t)i * o->rounds + r;
-    if (o->server) {
-      expect(o, fd, i, x, 0, a, b);
-      send_dir(o, fd, i, x, 1, a);
+    if (o->server == o->server_first) { /* this end speaks first */
+      send_dir(o, fd, i, x, o->server, a);
+      expect(o, fd, i, x, !o->server, a, b);
     } else {
-      send_dir(o, fd, i, x, 0, a);
-      expect(o, fd, i, x, 1, a, b);
+      expect(o, fd, i, x, !o->server, a, b);
+      send_dir(o, fd, i, x, o->server, a);
     }
   }
   if (o->server != o->server_closes) end_of_stream(o, fd, i);
