@@ -55,6 +55,7 @@
 #include "../stats.h"
 #include "../transport.h"
 #include "rdma.h"
+#include "rdma_imm.h"
 
 #define SQ_DEPTH     256 /* send work requests in flight */
 #define RQ_DEPTH     R2S_RDMA_RECVS /* receives posted for the peer's immediates */
@@ -62,16 +63,9 @@
 #define WANT_INLINE  64  /* bytes a send may carry inside the request */
 
 enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
-#define IMM_TAIL_MASK 0x7fffffffu
 /* Receives a producer leaves for its sleep announcements: data writes
  * with an immediate stop while this few of the peer's are left. */
 #define IMM_RESERVE   32u
-/* The consumer rebuilds a tail from 31 bits, forward from the last one it
- * learnt: a producer without receives to spare may write at most this far
- * past the tail of its last immediate before it must send one again
- * (rdma_put), so the step between two immediates stays below 2^31 (this
- * plus a ring of at most 2^30). */
-#define IMM_SPAN      (1ull << 29)
 /* A consumer reports its reposted receives at least this often. */
 #define REPORT_EVERY  32u
 
@@ -550,7 +544,7 @@ static bool rdma_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *pee
 
 static bool ring_size_ok(uint64_t size)
 {
-  return size >= 4096 && size <= (1ull << 30) && (size & (size - 1)) == 0;
+  return size >= 4096 && size <= R2S_RDMA_RING_MAX && (size & (size - 1)) == 0;
 }
 
 /* The sender keeps a registered copy of the peer's ring, as large as the
@@ -647,12 +641,12 @@ static void rdma_seal(r2s_tp_state_t *st)
 /* ---- producer ---- */
 
 /* How far a producer at `from` may write: without receives to spare at
- * the peer, no further than IMM_SPAN past its last immediate
+ * the peer, no further than R2S_IMM_SPAN past its last immediate
  * (post_data_locked may then overdraw the reserve by one). Only the
  * producer's own thread moves imm_last_tail. */
 static uint64_t imm_span_left(r2s_tp_state_t *st, uint64_t from)
 {
-  uint64_t left = st->imm_last_tail + IMM_SPAN - from;
+  uint64_t left = r2s__imm_span_left(st->imm_last_tail, from);
   if (left >= st->peer.size) return UINT64_MAX; /* far from it: no need to look */
   pthread_mutex_lock(&st->post_lock);
   bool room = imm_room_locked(st);
@@ -673,7 +667,7 @@ static ssize_t rdma_space(r2s_tp_state_t *st)
 
 /* RDMA-writes ring bytes [from, to) of our copy to the same offsets of the
  * peer's ring, the last write carrying the new tail as its immediate if
- * the peer has receives to spare (or must have one, see IMM_SPAN), else
+ * the peer has receives to spare (or must have one, see rdma_imm.h), else
  * followed by a write of the tail; post_lock held. */
 static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
 {
@@ -694,9 +688,9 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
     wr[k].wr.rdma.rkey = st->r_rkey;
     pos += len;
   }
-  if (peer_imm(st) && (imm_room_locked(st) || to - st->imm_last_tail > IMM_SPAN)) {
+  if (peer_imm(st) && (imm_room_locked(st) || to - st->imm_last_tail > R2S_IMM_SPAN)) {
     wr[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr[k - 1].imm_data = htonl((uint32_t)to & IMM_TAIL_MASK);
+    wr[k - 1].imm_data = htonl(r2s__imm_of_tail(to));
     st->imm_posted++;
     st->imm_last_tail = to;
     return post_locked(st, wr, k, false);
@@ -796,7 +790,7 @@ static void raise_tail(r2s_tp_state_t *st, uint64_t t)
 /* Takes the receive completions there are and reposts their receives;
  * rx_lock held. A data immediate moves the tail forward: its 31 bits are
  * rebuilt from the last immediate's tail, which lies less than 2^31
- * behind (IMM_SPAN); sleep announcements are left in pending_sleep for
+ * behind (rdma_imm.h); sleep announcements are left in pending_sleep for
  * the progress thread, which is woken for them (solicited) even when a
  * reader took them first. */
 static void take_recvs_locked(r2s_tp_state_t *st)
@@ -818,7 +812,7 @@ static void take_recvs_locked(r2s_tp_state_t *st)
       } else if (imm & R2S_RDMA_IMM_SLEEP) {
         st->pending_sleep |= (int)(imm & (IMM_RX_SLEEP | IMM_TX_SLEEP));
       } else {
-        st->imm_tail += (imm - (uint32_t)st->imm_tail) & IMM_TAIL_MASK;
+        st->imm_tail = r2s__imm_tail_after(st->imm_tail, imm);
         raise = true;
       }
     }
