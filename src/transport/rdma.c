@@ -189,7 +189,7 @@ static bool peer_ended(const r2s_tp_state_t *st)
  * What may still be in flight then is credits and announcements, and the
  * peer may have destroyed its queue pair already: waiting for their
  * acknowledgement would wait out the device's retries (about 0.5 s per
- * close, measured: a third of short request/response connections). */
+ * close: 25 to 38 of 40 short request/response connections did). */
 static bool peer_done(const r2s_tp_state_t *st)
 {
   uint64_t written = __atomic_load_n(&st->tx_posted, __ATOMIC_SEQ_CST);

@@ -367,9 +367,10 @@ static int gid_rank(const struct ibv_gid_entry *e, const union ibv_gid *target, 
 
 /* The device's valid GID entries, all ports, in one call: the table has
  * gid_tbl_len indexes per port (1024 on Soft-RoCE, two of them valid), and
- * a query per index made 1023 failing system calls per connection, 40 %
- * of a short connection's CPU in a guest (perf, 2026-11-23). NULL (and the
- * caller scans) when the library cannot, or the table outgrew max. */
+ * a query per index made 1023 failing system calls per connection: 27 %
+ * of all CPU samples of a run of short connections in a guest, idle
+ * included (perf, 2026-11-23). NULL (and the caller scans) when the
+ * library cannot, or the table outgrew max. */
 static struct ibv_gid_entry *gid_table(r2s_rdma_dev_t *d, size_t max, ssize_t *n)
 {
   if (!r2s__verbs._ibv_query_gid_table || r2s__opt.gid_index >= 0) return NULL;
