@@ -334,15 +334,22 @@ static int report_locked(r2s_tp_state_t *st, uint32_t min)
 /* Our head into the peer's credit word, if it moved; post_lock held. A
  * producer that waits for credits may wait for receives too: the count
  * goes with every credit. */
+/* Head h into the peer's credit word; post_lock held. */
+static int write_head_locked(r2s_tp_state_t *st, uint64_t h, bool signal)
+{
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  inline_write(&wr, &sge, &h, 8, st->r_credit, st->r_credit_rkey);
+  int rc = post_locked(st, &wr, 1, signal);
+  if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
+  return rc;
+}
+
 static int credit_locked(r2s_tp_state_t *st)
 {
   uint64_t h = __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST);
   if (h == st->credit_sent || !st->connected) return 0;
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  inline_write(&wr, &sge, &h, 8, st->r_credit, st->r_credit_rkey);
-  int rc = post_locked(st, &wr, 1, false);
-  if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
+  int rc = write_head_locked(st, h, false);
   return rc ? rc : report_locked(st, 1);
 }
 
@@ -358,13 +365,7 @@ static int final_credit_locked(r2s_tp_state_t *st)
 {
   if (!st->connected) return 0;
   (void)report_locked(st, 1);
-  uint64_t h = __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST);
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  inline_write(&wr, &sge, &h, 8, st->r_credit, st->r_credit_rkey);
-  int rc = post_locked(st, &wr, 1, true);
-  if (rc == 0) __atomic_store_n(&st->credit_sent, h, __ATOMIC_RELEASE);
-  return rc;
+  return write_head_locked(st, __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST), true);
 }
 
 /* Tells the peer we sleep: value into its word at raddr, with an
