@@ -81,6 +81,10 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
      * that jitter are still polled for */
     next = waited_ns + waited_ns / 2;
     if (next < now - now / 8) next = now - now / 8;
+    /* A wait that slept lasted `slept`: polling that long before sleeping
+     * at most doubles what a wait costs, and a quick peer's late answer
+     * (a preempted host, a retransmit) no longer costs a sleep (spin.h). */
+    if (next < slept) next = slept;
     if (next > max) next = max;
     __atomic_store_n(&s->probe_gap, 0, __ATOMIC_RELAXED); /* quick again: probe soon if it slows */
   } else if (waited_ns > cap) {

@@ -13,7 +13,8 @@
  *    own waits: after a wait that ended within R2SOCK_SPIN_MAX_US, the next
  *    poll lasts up to 1.5 times that wait (never less than SPIN_US, and an
  *    eighth less than the last budget at least, so that answers that jitter
- *    are still polled for); after
+ *    are still polled for, and never less than the waits that slept have
+ *    lasted, see below, up to SPIN_MAX_US); after
  *    a longer wait (an idle peer, a timeout) it is back to SPIN_US. Only
  *    waits for the peer's bytes adapt, and only to replies: a wait that
  *    ends with a stream's worth in the ring (16 KiB) is treated as long,
@@ -25,6 +26,14 @@
  *    to SPIN_MAX_US. And a link at SPIN_US, or whose last answered wait
  *    slept past SPIN_MAX_US all the same, polls longer now and then (a
  *    probe): after 1 wait, then 2, 4, ... up to 64 waits while probes fail.
+ *  - Why quick waits poll as long as a sleep lasts: polling that long
+ *    before sleeping at most doubles what a wait costs (the classic bound
+ *    for spinning before blocking), while a budget of 1.5 times the last
+ *    waits slept whenever an answer came a little late (a host that
+ *    preempted either end, a device retry), and each such sleep cost the
+ *    announcement, a doorbell and a wake-up: on Soft-RoCE in one guest,
+ *    a 64 B ping-pong slept on 100 to 340 waits per 4 s, against 2 to 20
+ *    with the floor, and its p99 halved.
  *  - Two ends that both sleep each see the other answer late, because the
  *    other slept: each wait lasts two wake-ups. Polling SPIN_MAX_US cannot
  *    tell them apart from slow peers when a wake-up costs more than that.

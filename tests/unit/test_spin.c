@@ -241,6 +241,38 @@ static void test_jittery_round_trips_are_polled_for(void **state)
   }
 }
 
+/* A quick ping-pong (one-way 15 us, a wake-up of 1 ms) where every 50th
+ * message comes 200 us late (a preempted host, a device retry); returns
+ * how many waits of both ends slept, *first those of the first `settle`
+ * exchanges. */
+static int late_answers_sleeps(int n, int settle, int *first)
+{
+  end_t a = {0}, b = {0};
+  int64_t now = 0;
+  end_wait(&b, now);
+  for (int i = 0; i < n; i++) {
+    if (i == settle) *first = a.sleeps + b.sleeps;
+    end_wait(&a, now);
+    now = end_receive(&b, now + 15 * US + (i % 50 == 49 ? 200 * US : 0), 1000 * US);
+    end_wait(&b, now);
+    now = end_receive(&a, now + 15 * US, 1000 * US);
+  }
+  return a.sleeps + b.sleeps;
+}
+
+static void test_late_answers_of_a_quick_peer_are_polled_for(void **state)
+{
+  (void)state;
+  /* 1.5 times the last waits (45 us) slept on every late answer: 109 of
+   * 10000 waits. Once a sleep was seen to cost 1.2 ms, quick waits poll
+   * that long (up to SPIN_MAX_US): the first late answers sleep (and the
+   * other end, which waited for the sleeper, once or twice), none after. */
+  int first = 0, sleeps = late_answers_sleeps(5000, 500, &first);
+  print_message("%d of 10000 waits slept, %d of them in the first 1000\n", sleeps, first);
+  assert_true(first <= 10);
+  assert_int_equal(sleeps, first);
+}
+
 /* An adaptive end against a peer that answers `think` ns after each request
  * and never sleeps; returns the mean time the end polled per wait. */
 static int64_t polled_per_wait(int64_t one_way, int64_t wake, int64_t think, int n)
@@ -337,6 +369,7 @@ int main(void)
       cmocka_unit_test_setup(test_slow_peers_are_not_polled_for, setup),
       cmocka_unit_test_setup(test_jittery_round_trips_are_polled_for, setup),
       cmocka_unit_test_setup(test_won_polling_ends_when_the_peer_idles, setup),
+      cmocka_unit_test_setup(test_late_answers_of_a_quick_peer_are_polled_for, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
