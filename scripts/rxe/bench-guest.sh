@@ -11,6 +11,10 @@
 #   ib_bw        ib_write_bw -x 1 -F (RoCE v2 IPv4 GID) -s (64 KiB), -t: at
 #                most 8 MiB in flight: Gbit/s
 #   ib_lat       ib_write_lat -x 1 -F -s (2 B): typical and p99 one-way, usec
+#   ib_slat      ib_send_lat, the same: each message consumes a receive and
+#                makes a completion the reader polls for, as a write with
+#                immediate (r2sock's data path) does; ib_write_lat's reader
+#                polls the buffer's last byte instead
 #   {tcp,rs,r2}_iperf3   iperf3 one stream, -l (128 KiB): receiver Gbit/s and
 #                        bytes; tcp_ and r2_ also CPU (below)
 #   {tcp,rs,r2}_iperf2   iperf2 one stream, -l (128 KiB): sender's (client's)
@@ -46,7 +50,7 @@ set -uo pipefail
 ROUNDS=${R2S_BENCH_ROUNDS:-3}
 DUR=${R2S_BENCH_DUR:-3}
 LAT_ITERS=${R2S_BENCH_LAT_ITERS:-5000}
-CASES=${R2S_BENCH_CASES:-ib_bw rs_iperf2 r2_iperf2 tcp_iperf2 tcp_iperf3 r2_iperf3 rs_iperf3 ib_lat tcp_sockperf r2_sockperf}
+CASES=${R2S_BENCH_CASES:-ib_bw rs_iperf2 r2_iperf2 tcp_iperf2 tcp_iperf3 r2_iperf3 rs_iperf3 ib_lat ib_slat tcp_sockperf r2_sockperf}
 LIB=${R2S_BENCH_LIB:?R2S_BENCH_LIB (libr2sock.so) not set}
 RS=${R2S_BENCH_RSOCKET:?R2S_BENCH_RSOCKET (librspreload.so) not set}
 SIDE=${ROLE:-s}                       # s: server and client in this guest
@@ -146,8 +150,9 @@ path_check() {
 # ---- parsers: LOG -> "METRIC VALUE" lines --------------------------------------
 # shellcheck disable=SC2317 # called by name from run_case
 parse_ib_bw() { local v; v=$(ib_bw_gbps "$1"); positive "$v" && echo "gbps $v"; }
-# ib_write_lat's result line: #bytes #iterations t_min t_max t_typical t_avg
-# t_stdev p99 p99.9 (one-way, half the round trip, like sockperf's figures)
+# ib_write_lat's (and ib_send_lat's) result line: #bytes #iterations t_min
+# t_max t_typical t_avg t_stdev p99 p99.9 (one-way, half the round trip, like
+# sockperf's figures)
 parse_ib_lat() {
   awk '/t_typical/ {h = 1; next} h && $1 ~ /^[0-9]+$/ {print "typ_us " $5; print "p99_us " $8; exit}' "$1"
 }
@@ -197,8 +202,8 @@ run_case() {
       srv="ib_write_bw -d rxe0 -x 1 -F --report_gbits -p $port -D $DUR -s ${size:-65536}"
       srv+=" -t $(( ${size:-65536} >= 65536 ? 8388608 / ${size:-65536} : 128 ))"
       cli="$srv $SRV" parse=parse_ib_bw;;
-    ib_lat)
-      srv="ib_write_lat -d rxe0 -x 1 -F -p $port -n $LAT_ITERS ${size:+-s $size}"
+    ib_lat|ib_slat)
+      srv="ib_$([ "$kind" = ib_lat ] && echo write || echo send)_lat -d rxe0 -x 1 -F -p $port -n $LAT_ITERS ${size:+-s $size}"
       cli="$srv $SRV" parse=parse_ib_lat;;
     *_iperf3)
       # -1: the server ends after one test (its stats get written); a
