@@ -32,8 +32,8 @@
  *    waits slept whenever an answer came a little late (a host that
  *    preempted either end, a device retry), and each such sleep cost the
  *    announcement, a doorbell and a wake-up: on Soft-RoCE in one guest,
- *    a 64 B ping-pong slept on 100 to 340 waits per 4 s, against 2 to 20
- *    with the floor, and its p99 halved.
+ *    a 64 B ping-pong's ends slept on 100 to 340 waits per 4 s each,
+ *    against 2 to 23 with the floor, and its p99 fell to a third to a half.
  *  - Two ends that both sleep each see the other answer late, because the
  *    other slept: each wait lasts two wake-ups. Polling SPIN_MAX_US cannot
  *    tell them apart from slow peers when a wake-up costs more than that.
