@@ -83,6 +83,11 @@ _Static_assert(OFF_CLINE == 64 && OFF_CRECVS == 28 && OFF_CRECVS + 4 <= CLINE_LE
 struct r2s_tp_state_s {
   r2s_rdma_port_t port;
   unsigned gen; /* r2s__rdma_fork_gen at creation */
+  /* This connection's own protection domain: its queue pair can reach
+   * only its own regions, and no other connection's peer can name them
+   * (an rkey is 8 random bits over a guessable index, and a peer learns
+   * the addresses of its own rings). */
+  struct ibv_pd *pd;
   struct ibv_cq *scq, *rcq;
   struct ibv_qp *qp;
   uint32_t psn, max_inline;
@@ -417,6 +422,7 @@ static void destroy(r2s_tp_state_t *st)
   if (st->mdata_mr) (void)R2S_V(ibv_dereg_mr)(st->mdata_mr);
   if (st->scq) (void)R2S_V(ibv_destroy_cq)(st->scq);
   if (st->rcq) (void)R2S_V(ibv_destroy_cq)(st->rcq);
+  if (st->pd) (void)R2S_V(ibv_dealloc_pd)(st->pd);
 }
 
 static void free_state(r2s_tp_state_t *st)
@@ -456,9 +462,11 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   st->port = port;
   st->gen = port.dev->gen;
   st->dupfd = -1;
-  struct ibv_pd *pd = port.dev->pd;
   uint64_t size = r2s__ring_size(true);
-  const char *what = "memory";
+  const char *what = "protection domain";
+  struct ibv_pd *pd = st->pd = R2S_V(ibv_alloc_pd)(port.dev->ctx);
+  if (!pd) goto err_errno;
+  what = "memory";
   rc = -ENOMEM;
   st->own_len = r2s__ring_bytes(size);
   if (posix_memalign((void **)&st->own_mem, 4096, st->own_len) || posix_memalign((void **)&st->mctl, 4096, 4096))
@@ -622,7 +630,7 @@ static int rdma_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   if (!st->connected) return -ENOTCONN;
   uint64_t size = peer->rdma.ring_size; /* checked by connect */
   if (posix_memalign((void **)&st->mdata, 4096, size)) return -ENOMEM;
-  st->mdata_mr = R2S_V(ibv_reg_mr)(st->port.dev->pd, st->mdata, size, IBV_ACCESS_LOCAL_WRITE);
+  st->mdata_mr = R2S_V(ibv_reg_mr)(st->pd, st->mdata, size, IBV_ACCESS_LOCAL_WRITE);
   if (!st->mdata_mr) {
     int rc = errno ? -errno : -ENOMEM;
     free(st->mdata);

@@ -42,7 +42,6 @@ typedef struct r2s_tp_state_s r2s_tp_state_t;
 
 struct r2s_rdma_dev_s {
   struct ibv_context *ctx;
-  struct ibv_pd *pd;
   struct ibv_comp_channel *chan; /* all receive CQs of this device */
   struct ibv_device_attr attr;
   char name[64];

@@ -280,7 +280,6 @@ void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg)
 static void close_dev(r2s_rdma_dev_t *d)
 {
   if (d->chan) (void)R2S_V(ibv_destroy_comp_channel)(d->chan);
-  if (d->pd) (void)R2S_V(ibv_dealloc_pd)(d->pd);
   if (d->ctx) (void)R2S_V(ibv_close_device)(d->ctx);
   free(d);
 }
@@ -296,8 +295,7 @@ static r2s_rdma_dev_t *get_dev(struct ibv_device *dev)
   snprintf(d->name, sizeof d->name, "%s", name);
   d->gen = r2s__rdma_fork_gen;
   d->ctx = R2S_V(ibv_open_device)(dev);
-  if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 || !(d->pd = R2S_V(ibv_alloc_pd)(d->ctx)) ||
-      !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d) < 0) {
+  if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 || !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d) < 0) {
     r2s__warn("RDMA device %s: cannot open it (%s)", name, strerror(errno ? errno : EIO));
     close_dev(d);
     return NULL;

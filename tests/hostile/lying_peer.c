@@ -616,6 +616,9 @@ static const lie_t lies[] = {
     {"rdma-bad-qpn", EXPECT_VERIFIED, "our offer has a queue pair number past 24 bits: declined, frames"},
     {"rdma-huge-ring", EXPECT_VERIFIED, "our offer claims a 1 GiB ring (the server's copy would pin 1 GiB): declined, frames"},
     {"rdma-stall-credits", EXPECT_CLOSED, "never return credits: the server's writer must wait, not overrun"},
+    {"rdma-other-conn", EXPECT_CLOSED,
+     "RDMA-write into the server's ring of our second connection through our first one's queue pair: "
+     "access error, the second connection verified"},
 };
 
 static const lie_t *find_lie(const char *name)
@@ -862,8 +865,50 @@ static void expect_refused(liar_t *l, const char *what, int st, bool read_ok, bo
   }
 }
 
+/* The second connection of rdma-other-conn (main opens it): an honest one
+ * of ours to the same server, whose ring the first one's queue pair then
+ * tries to write. */
+static liar_t *second;
+
+/* rdma-other-conn: a peer learns the address and rkey of each ring the
+ * server offers it, and an rkey is a few random bits over a guessable
+ * index; if the server's connections shared a protection domain, any
+ * of its peers could write into another's ring with a guess. The write
+ * through the first connection must complete in error, and the second
+ * connection must still carry its stream to the end, verified. */
+static void other_conn(liar_t *l, bool *ok)
+{
+  liar_t *l2 = second;
+  if (!honest_rdma(l2) || !run_until(l2, header_sent, 10)) {
+    fprintf(stderr, "lying_peer: the second connection did not reach RDMA (ready=%d)\n", l2->got_ready);
+    *ok = false;
+    return;
+  }
+  if (!honest_rdma(l) || !run_until(l, header_sent, 10)) {
+    fprintf(stderr, "lying_peer: the first connection did not reach RDMA (ready=%d)\n", l->got_ready);
+    *ok = false;
+    return;
+  }
+  const lr_peer_t *other = lr_peer(l2->rd);
+  /* the second ring's tail word, rewritten with its own value: a write
+   * that got through would change nothing the server could notice */
+  uint64_t v = l2->out.tail;
+  int st = lr_write(l->rd, &v, 8, other->ring + offsetof(r2s_ring_ctl_t, tail), other->ring_rkey, -1);
+  expect_refused(l, "a write into another connection's ring", st, false, ok);
+  l->bad++;
+  doorbell(l);
+  if (!run_until(l2, stream_done, 60)) {
+    fprintf(stderr, "lying_peer: the second connection's stream did not complete: %s\n", sc_session_error(l2->s));
+    *ok = false;
+  }
+}
+
 static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
 {
+  if (IS("rdma-other-conn")) {
+    other_conn(l, ok);
+    return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
   if (IS("rdma-bad-qpn") || IS("rdma-huge-ring")) { /* the server will not connect: DECLINE, frames both ways */
     l->bend = IS("rdma-bad-qpn") ? bend_qpn : bend_huge;
     if (!hello(l)) return EXPECT_CLOSED;
@@ -1207,6 +1252,23 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
 #undef IS
 }
 
+/* Connects l to the server, with its own queue pair if rdma, and its
+ * stream session; dies on failure. */
+static void liar_connect(liar_t *l, const char *host, int port, bool rdma, const struct sc_params *p)
+{
+  bool inprog = false;
+  l->fd = sc_connect(host, port, false, &inprog);
+  if (l->fd < 0) sc_die(SC_EXIT_FAIL, "lying_peer: connect: %s", strerror(errno));
+  if (rdma) {
+    struct pollfd pf = {l->fd, POLLOUT, 0};
+    (void)poll(&pf, 1, 10000); /* the local address must be known */
+    if (!(l->rd = lr_open(l->fd, IN_RING_SIZE, (uint8_t **)&l->in_mem, &l->out_ctl)))
+      sc_die(SC_EXIT_FAIL, "lying_peer: no RDMA");
+  }
+  l->s = sc_session_new(SC_CLIENT, l->fd, 1, p);
+  if (!l->s) sc_die(SC_EXIT_FAIL, "lying_peer: out of memory");
+}
+
 int main(int argc, char **argv)
 {
   static const struct option longopts[] = {
@@ -1258,22 +1320,17 @@ int main(int argc, char **argv)
   if (!lie || port < 0) sc_die(SC_EXIT_USAGE, "usage: lying_peer --port P --case NAME (--list for the cases)");
   sc_watchdog("lying_peer", (unsigned)timeout);
 
-  static liar_t l;
-  bool inprog = false;
-  l.fd = sc_connect(host, (int)port, false, &inprog);
-  if (l.fd < 0) sc_die(SC_EXIT_FAIL, "lying_peer: connect: %s", strerror(errno));
-  if (strncmp(lie->name, "rdma-", 5) == 0) {
-    struct pollfd pf = {l.fd, POLLOUT, 0};
-    (void)poll(&pf, 1, 10000); /* the local address must be known */
-    if (!(l.rd = lr_open(l.fd, IN_RING_SIZE, (uint8_t **)&l.in_mem, &l.out_ctl)))
-      sc_die(SC_EXIT_FAIL, "lying_peer: no RDMA");
-  }
+  static liar_t l, l2;
   /* The credit lies run one way at a time, so that the server's writer,
    * not its reader, is the one that meets the lie. */
   bool one_way = strncmp(lie->name, "head-", 5) == 0 || strncmp(lie->name, "rdma-head-", 10) == 0;
   struct sc_params p = {.seed = 4242, .c2s_bytes = bytes, .s2c_bytes = bytes, .flags = one_way ? 0 : SC_F_BIDIR};
-  l.s = sc_session_new(SC_CLIENT, l.fd, 1, &p);
-  if (!l.s) sc_die(SC_EXIT_FAIL, "lying_peer: out of memory");
+  liar_connect(&l, host, (int)port, strncmp(lie->name, "rdma-", 5) == 0, &p);
+  if (strcmp(lie->name, "rdma-other-conn") == 0) {
+    p.seed++;
+    liar_connect(&l2, host, (int)port, true, &p);
+    second = &l2;
+  }
 
   bool ok;
   enum expect got = run_case(&l, lie->name, &ro, &ok);

@@ -3,7 +3,8 @@
 # the rxe.faults boot; alone: scripts/rxe/run-guest -- 'bash tests/rxe/guest-liar.sh').
 # For every rdma-* case of `lying_peer --list` (tests/hostile/lying_peer.c,
 # liar_rdma.c), one run: a stream_check server under the shim with
-# R2SOCK_TRANSPORT=rdma (block mode, two connections at once) serves an
+# R2SOCK_TRANSPORT=rdma (block mode, two connections at once; three for
+# rdma-other-conn, where the liar connects twice) serves an
 # honest shim'd client (4 MiB each way over RDMA) and the liar, which speaks
 # the protocol, connects its own queue pair to the server's, then lies
 # through RDMA (ring and credit words, writes and reads outside the
@@ -46,6 +47,7 @@ declare -A WHY=(
   [rdma-head-past]=reset_protocol [rdma-head-back]=reset_protocol
   [rdma-write-past-ring]=reset_rdma [rdma-write-past-credit]=reset_rdma [rdma-read]=reset_rdma
   [rdma-send]=reset_rdma [rdma-bad-rkey]=reset_rdma [rdma-ring-size]=reset_rdma
+  [rdma-other-conn]=reset_rdma
 )
 declare -A WARN=([reset_protocol]='connection reset: ' [reset_rdma]='RDMA connection failed')
 
@@ -53,9 +55,12 @@ declare -A WARN=([reset_protocol]='connection reset: ' [reset_rdma]='RDMA connec
 stat_of() { sed -n "s/.* $2=\([0-9]*\).*/\1/p" "$1" | tail -n 1 | grep . || echo 0; }
 
 liar_case() { # NAME EXPECT PORT
-  local c=$1 want=$2 port=$3 d=$LOGDIR/liar.$1 spid hpid lpid src hrc lrc ok=1
+  local c=$1 want=$2 port=$3 d=$LOGDIR/liar.$1 spid hpid lpid src hrc lrc ok=1 conns=2
+  # rdma-other-conn: the liar's second connection, whose ring its first
+  # one's queue pair tries to write, must end verified
+  [ "$c" = rdma-other-conn ] && conns=3
   mkdir -p "$d"
-  env "${V_ENV[@]}" R2SOCK_STATS_FILE="$d/stats" "$SC" server --host "$IP" --port "$port" --conns 2 --mode block \
+  env "${V_ENV[@]}" R2SOCK_STATS_FILE="$d/stats" "$SC" server --host "$IP" --port "$port" --conns $conns --mode block \
     --timeout 60 > "$d/server.log" 2>&1 &
   spid=$!
   wait_listen "$port" 20 "$spid" || { fail "liar $c: no server"; kill -9 "$spid" 2>/dev/null; return; }
@@ -87,6 +92,8 @@ liar_case() { # NAME EXPECT PORT
       note "expected both server connections on path=rdma"
   else
     [ "$src" = 1 ] && [ "$nerr" = 1 ] || note "expected server status 1 with one failed connection, got $src and $nerr"
+    [ "$c" = rdma-other-conn ] && [ "$(grep -c 'info: conn .* server .* path=rdma' "$d/server.log")" -lt 3 ] &&
+      note "expected all three server connections on path=rdma"
     [[ $errs =~ (Connection\ reset\ by\ peer|Broken\ pipe|premature\ EOF) ]] || note "the server's error is not a reset, broken pipe or EOF: $errs"
   fi
   if [ -n "$why" ]; then
