@@ -203,7 +203,9 @@ run_case() {
       srv+=" -t $(( ${size:-65536} >= 65536 ? 8388608 / ${size:-65536} : 128 ))"
       cli="$srv $SRV" parse=parse_ib_bw;;
     ib_lat|ib_slat)
-      srv="ib_$([ "$kind" = ib_lat ] && echo write || echo send)_lat -d rxe0 -x 1 -F -p $port -n $LAT_ITERS ${size:+-s $size}"
+      local lat=ib_write_lat
+      [ "$kind" = ib_slat ] && lat=ib_send_lat
+      srv="$lat -d rxe0 -x 1 -F -p $port -n $LAT_ITERS ${size:+-s $size}"
       cli="$srv $SRV" parse=parse_ib_lat;;
     *_iperf3)
       # -1: the server ends after one test (its stats get written); a

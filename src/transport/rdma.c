@@ -336,9 +336,6 @@ static int report_locked(r2s_tp_state_t *st, uint32_t min)
   return rc;
 }
 
-/* Our head into the peer's credit word, if it moved; post_lock held. A
- * producer that waits for credits may wait for receives too: the count
- * goes with every credit. */
 /* Head h into the peer's credit word; post_lock held. */
 static int write_head_locked(r2s_tp_state_t *st, uint64_t h, bool signal)
 {
@@ -350,6 +347,9 @@ static int write_head_locked(r2s_tp_state_t *st, uint64_t h, bool signal)
   return rc;
 }
 
+/* Our head into the peer's credit word, if it moved; post_lock held. A
+ * producer that waits for credits may wait for receives too: the count
+ * goes with every credit. */
 static int credit_locked(r2s_tp_state_t *st)
 {
   uint64_t h = __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST);

@@ -295,7 +295,8 @@ static r2s_rdma_dev_t *get_dev(struct ibv_device *dev)
   snprintf(d->name, sizeof d->name, "%s", name);
   d->gen = r2s__rdma_fork_gen;
   d->ctx = R2S_V(ibv_open_device)(dev);
-  if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 || !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d) < 0) {
+  if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 ||
+      !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d) < 0) {
     r2s__warn("RDMA device %s: cannot open it (%s)", name, strerror(errno ? errno : EIO));
     close_dev(d);
     return NULL;
