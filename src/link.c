@@ -356,16 +356,34 @@ static int queue_ctrl(r2s_link_t *l, const void *p, size_t len)
 }
 
 /* Our PLAIN frame is all in the kernel: the send direction is plain TCP
- * from here on (r2s__link_send_oob). The state first, then the flag: a
- * lockless r2s__link_tx_in_ring never sees the ring open in between.
- * tx_lock held. */
+ * from here on (r2s__link_send_oob, or a ring that could not grow). The
+ * state first, then the flag: a lockless r2s__link_tx_in_ring never sees
+ * the ring open in between. tx_lock held. */
 static void plain_sent_locked(r2s_link_t *l)
 {
-  l->tcp_reason = R2S_REASON_APP_OOB;
+  l->tcp_reason = l->plain_reason;
   set_tx(l, R2S_TX_PLAIN);
   __atomic_store_n(&l->plain_unsent, false, __ATOMIC_RELEASE);
   settle_plain(l);
-  R2S_STAT_INC(oob_fallbacks);
+  if (l->plain_reason == R2S_REASON_APP_OOB)
+    R2S_STAT_INC(oob_fallbacks);
+  else
+    R2S_STAT_INC(room_fallbacks);
+}
+
+/* Queues the PLAIN frame that ends our send direction's ring (or frames)
+ * after what we put there; flush_ctrl turns the direction plain once the
+ * frame has left, and no byte goes behind it before. tx_lock held. */
+static int queue_plain_locked(r2s_link_t *l, int reason)
+{
+  uint8_t f[R2S_FRAME_HDR_LEN + 8];
+  uint64_t at = l->tx_state == R2S_TX_RING ? TP(l)->produced(TPS(l)) : 0;
+  r2s__frame_u64_encode(R2S_FRAME_PLAIN, at, f, sizeof f);
+  int rc = queue_ctrl(l, f, sizeof f);
+  if (rc) return rc;
+  l->plain_reason = reason;
+  __atomic_store_n(&l->plain_unsent, true, __ATOMIC_RELEASE);
+  return 0;
 }
 
 /* Pushes pending control bytes into the socket; 0 when all went, -EAGAIN
@@ -1271,6 +1289,13 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
       if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
+      /* The ring cannot take more (shm: no room in /dev/shm for its
+       * rest): the bytes go on over TCP, behind the ones in the ring. A
+       * full control queue is flushed first, by a retry. */
+      if (n == -ENOSPC) {
+        n = queue_plain_locked(l, R2S_REASON_NO_RESOURCES) == 0 ? RETRY : -EAGAIN;
+        continue;
+      }
       if (n == -EPROTO) { /* the application sees a reset, as on TCP */
         fail_tx(l, (int)n, "the peer broke its ring");
         n = -ECONNRESET;
@@ -1377,13 +1402,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
    * returns: the ring or the frames end where it says (plain_unsent keeps
    * every other byte out), and the flush that empties the queue turns the
    * direction plain (flush_ctrl). A retry finds it queued, or gone. */
-  if (!rc && !l->plain_unsent) {
-    uint8_t f[R2S_FRAME_HDR_LEN + 8];
-    uint64_t at = l->tx_state == R2S_TX_RING ? TP(l)->produced(TPS(l)) : 0;
-    r2s__frame_u64_encode(R2S_FRAME_PLAIN, at, f, sizeof f);
-    rc = queue_ctrl(l, f, sizeof f);
-    if (!rc) __atomic_store_n(&l->plain_unsent, true, __ATOMIC_RELEASE);
-  }
+  if (!rc && !l->plain_unsent) rc = queue_plain_locked(l, R2S_REASON_APP_OOB);
   /* The PLAIN frame must be in the socket before the urgent byte. */
   while (!rc && l->tx_pending_len) {
     rc = flush_ctrl(l, fd);

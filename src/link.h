@@ -90,6 +90,7 @@ struct r2s_link_s {
   int64_t framed_at;                       /* when the send direction switched to frames (ns) */
   bool ring_unsent;                        /* our RING frame is not all in the kernel: nothing goes into the ring */
   bool plain_unsent;                       /* our PLAIN frame is not all in the kernel: no byte goes behind it */
+  int plain_reason;                        /* why it was sent: r2s_reason_t, for tcp_reason */
   int tcp_reason;                          /* r2s_reason_t once a direction settled on TCP */
   void (*on_upgrade)(void *arg, int path); /* first direction into a ring */
   void *on_upgrade_arg;

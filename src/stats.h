@@ -55,6 +55,7 @@
   X(waits_slice_expired, "sleeps that ran their whole 100 ms slice (a missed doorbell costs one)")           \
   X(doorbells, "doorbell frames sent to wake a sleeping peer")                                               \
   X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")              \
+  X(room_fallbacks, "directions sent back to plain TCP because their ring could not grow (/dev/shm full)")   \
   X(exit_lingered, "connections still being finished at exit, handed to a lingering process")
 
 typedef enum {

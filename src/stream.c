@@ -199,11 +199,12 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   struct iovec rest[64];
   for (;;) {
     int k = r2s__iov_advance(rest, 64, iov, cnt, done);
-    int path = r2s__link_tx_path(l);
     ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT);
     if (n > 0) began = 0;
     if (n > 0) {
-      r2s__conn_count_tx(c, (r2s_path_t)path, n);
+      /* The path after the call: a send that changes it (into the ring,
+       * or back to TCP) does so before it moves any byte. */
+      r2s__conn_count_tx(c, (r2s_path_t)r2s__link_tx_path(l), n);
       done += (size_t)n;
       if (done >= want || nb) return (ssize_t)done;
       continue;

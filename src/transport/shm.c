@@ -1,7 +1,24 @@
 /* The shared-memory transport: each end's receive ring lives in a POSIX
  * shared-memory segment it creates (mode 0600, a random name), the peer maps
  * it and becomes its producer, and the name is unlinked as soon as the peer
- * says it has mapped it. One copy in (put), one copy out (get). */
+ * says it has mapped it. One copy in (put), one copy out (get).
+ *
+ * Reserving pages: tmpfs hands out a segment's pages on first touch, and a
+ * touch that finds /dev/shm full is a SIGBUS, so no page is touched before
+ * it is reserved. The owner reserves the control page and the first
+ * FIRST_BACKED data bytes when it makes the ring; the producer reserves the
+ * rest in doubling steps (backed_step; MADV_POPULATE_WRITE, which fails
+ * instead of raising SIGBUS) before its writes go past what is reserved.
+ * A connection that moves less never pays for the rest: reserving and
+ * freeing all 129 pages of both rings was most of what an upgrade cost a
+ * short connection (0.55-0.68 against 0.07 ms on kernel TCP per
+ * request/response connection; 0.30-0.36 ms with this, measured). A
+ * producer that cannot reserve the next step says -ENOSPC from put once
+ * the reserved part is full, and the link sends that direction back to
+ * plain TCP (a PLAIN frame) after the bytes already in the ring. The
+ * consumer reads past the part it knows reserved only after faulting in
+ * the step that covers the tail (a producer that wrote there without
+ * reserving broke the protocol). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,9 +48,51 @@ struct r2s_tp_state_s {
   r2s_ring_t own;  /* we consume */
   r2s_ring_t peer; /* we produce */
   bool attached;
+  /* Data bytes, from the start, known reserved (see the top): of our own
+   * ring (get, under the link's rx_lock), of the peer's (put, tx_lock). */
+  uint64_t own_backed, peer_backed;
 };
 
 #define NAME_PREFIX "/r2s-"
+
+/* Data bytes of a ring its owner reserves up front: a short connection's
+ * request or response fits. */
+#define FIRST_BACKED (64u * 1024)
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static uint64_t first_backed(uint64_t size)
+{
+  return size < FIRST_BACKED ? size : FIRST_BACKED;
+}
+
+/* How far the reserved part of a ring reaches once a stream got to byte
+ * `end` of its first lap: FIRST_BACKED doubled until it covers end, at
+ * most the ring. The producer reserves in these steps, so a consumer that
+ * sees a tail knows the step that covers it is reserved; a connection
+ * that moves a little more than the first part maps no more pages than
+ * it needs (reserving the whole rest at once made 200 KB request/response
+ * connections 10 % slower than reserving it all up front). */
+static uint64_t backed_step(uint64_t end, uint64_t size)
+{
+  uint64_t b = FIRST_BACKED;
+  while (b < end && b < size) b <<= 1;
+  return b < size ? b : size;
+}
+
+/* Faults in (reserving where missing) the data bytes [from, to) of a
+ * mapped ring: 0, -EINVAL when the kernel cannot (before 5.14), or
+ * another -errno (no room in /dev/shm, no memory). */
+static int populate(const r2s_ring_t *r, uint64_t from, uint64_t to, int advice)
+{
+  if (from >= to) return 0;
+  return madvise(r->data + from, (size_t)(to - from), advice) == 0 ? 0 : -errno;
+}
 
 static int random_name(char *out)
 {
@@ -95,22 +154,25 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   }
   st->named = true;
   st->own_len = r2s__ring_bytes(size);
-  /* Reserve the pages, not just the size: tmpfs hands out pages on first
-   * touch, and a full /dev/shm would then kill both ends with SIGBUS in
-   * the middle of a copy. Without room the offer fails and the
-   * connection stays on TCP. */
-  rc = ftruncate(fd, (off_t)st->own_len) < 0 ? errno : posix_fallocate(fd, 0, (off_t)st->own_len);
+  /* Reserve the first pages, not just the size (see the top). Without
+   * room for them the offer fails and the connection stays on TCP. */
+  st->own_backed = first_backed(size);
+  off_t first = (off_t)r2s__ring_bytes(st->own_backed);
+  rc = ftruncate(fd, (off_t)st->own_len) < 0 ? errno : posix_fallocate(fd, 0, first);
+  if (!rc) {
+    st->own_mem = r2s__mmap_fd_raw(st->own_len, fd);
+    if (st->own_mem == MAP_FAILED) rc = errno, st->own_mem = NULL;
+  }
+  /* A kernel that cannot populate (asked of the control page, reserved
+   * already) lets no producer reserve the rest later: all of it now. */
+  if (!rc && madvise(st->own_mem, R2S_RING_CTL_SIZE, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
+    rc = posix_fallocate(fd, 0, (off_t)st->own_len);
+    st->own_backed = size;
+  }
+  r2s__libc.close(fd);
   if (rc) {
     rc = -rc;
-    r2s__libc.close(fd);
-    goto err_unlink;
-  }
-  st->own_mem = r2s__mmap_fd_raw(st->own_len, fd);
-  r2s__libc.close(fd);
-  if (st->own_mem == MAP_FAILED) {
-    rc = -errno;
-    st->own_mem = NULL;
-    goto err_unlink;
+    goto err_unmap;
   }
   r2s__ring_format(st->own_mem, size);
   rc = r2s__ring_attach(&st->own, st->own_mem, size);
@@ -123,7 +185,6 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
 
 err_unmap:
   unmap(&st->own_mem, st->own_len);
-err_unlink:
   shm_unlink(st->name);
 err_free:
   free(st);
@@ -165,6 +226,7 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   shm_unlink(peer->shm.name);
   st->peer_mem = mem;
   st->peer_len = r2s__ring_bytes(size);
+  st->peer_backed = first_backed(size);
   rc = r2s__ring_attach(&st->peer, mem, size);
   if (rc < 0) {
     unmap(&st->peer_mem, st->peer_len);
@@ -200,10 +262,33 @@ static ssize_t shm_space(r2s_tp_state_t *st)
   return sp >= 0 && (uint64_t)sp < writable_min(&st->peer) ? 0 : sp;
 }
 
+/* Before our writes go past the reserved part of the peer's ring: the
+ * next steps, reserved by us (see the top). Until the whole ring is, the
+ * tail has not wrapped, so it is also the offset we write at. A kernel
+ * without populate had the owner reserve it all. */
+static ssize_t backed_room(r2s_tp_state_t *st, size_t want)
+{
+  if (st->peer_backed >= st->peer.size) return (ssize_t)want;
+  uint64_t room = st->peer_backed - st->peer.tail;
+  if (want <= room) return (ssize_t)want;
+  uint64_t to = backed_step(st->peer.tail + want, st->peer.size);
+  int rc = populate(&st->peer, st->peer_backed, to, MADV_POPULATE_WRITE);
+  if (rc == -EINVAL) to = st->peer.size;
+  if (rc == 0 || rc == -EINVAL) {
+    st->peer_backed = to;
+    return (ssize_t)(want < to - st->peer.tail ? want : to - st->peer.tail);
+  }
+  if (room) return (ssize_t)room; /* what still fits; the next put says so */
+  r2s__warn("no room in /dev/shm for more of a ring (%s): the connection goes on over TCP",
+            strerror(-rc));
+  return -ENOSPC;
+}
+
 static ssize_t shm_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
 {
   if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
-  return r2s__ring_put(&st->peer, iov, cnt, skip, max);
+  ssize_t n = backed_room(st, max);
+  return n < 0 ? n : r2s__ring_put(&st->peer, iov, cnt, skip, (size_t)n);
 }
 
 static ssize_t shm_avail(r2s_tp_state_t *st)
@@ -211,8 +296,25 @@ static ssize_t shm_avail(r2s_tp_state_t *st)
   return r2s__ring_avail(&st->own);
 }
 
+/* Before we read past the part of our ring known reserved: its producer
+ * reserved the step that covers its tail before writing there, so the
+ * pages are in (and are mapped here at once). One that is missing means
+ * the producer skipped that: reading the page would allocate it, a
+ * SIGBUS with /dev/shm full. */
 static ssize_t shm_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek)
 {
+  if (st->own_backed < st->own.size) {
+    ssize_t avail = r2s__ring_avail(&st->own);
+    if (avail < 0) return avail;
+    uint64_t end = st->own.head + (uint64_t)avail;
+    if (end > st->own_backed) {
+      uint64_t to = backed_step(end, st->own.size);
+      int rc = populate(&st->own, st->own_backed, to, MADV_POPULATE_READ);
+      if (rc != 0 && rc != -EINVAL) return -EPROTO;
+      st->own_backed = rc ? st->own.size : to;
+    }
+    if (max > st->own_backed - st->own.head) max = (size_t)(st->own_backed - st->own.head);
+  }
   return r2s__ring_get(&st->own, iov, cnt, max, peek);
 }
 

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Resource limits and a reset control connection, both ends under the shim.
-#   usage: fault-limits.sh nofile|as|shm-full|reset
+#   usage: fault-limits.sh nofile|as|shm-full|shm-tight|reset
 #   nofile:   the client runs with an RLIMIT_NOFILE that leaves room for
 #             its socket and nothing more: no ring can be made or mapped
 #   as:       the client runs with RLIMIT_AS of 800 MB and rings of 1 GiB:
 #             the ring cannot be mapped
 #   shm-full: both ends run in a private mount namespace whose /dev/shm is a
-#             256 KiB tmpfs, smaller than one 512 KiB ring (needs root and
-#             unshare; skipped otherwise, with the reason)
+#             64 KiB tmpfs, smaller than the first 68 KiB of a ring its
+#             owner reserves (needs root and unshare; skipped otherwise,
+#             with the reason)
+#   shm-tight: the same with 320 KiB: room for the first part of both
+#             rings (and both processes' stats segments, up to 64 KiB
+#             each) but never for all of either (512 KiB), whose rest each
+#             producer reserves in doubling steps as its bytes go on
 #   reset:    a live upgraded connection whose TCP socket is destroyed under
 #             it (ss -K, a reset to the peer); skipped if the kernel lacks
 #             socket destruction (CONFIG_INET_DIAG_DESTROY)
 # nofile, as, shm-full: the stream (8 MiB each way) must be verified at
 # both ends, like TCP, and the client's stats must count the connection in
-# tcp_no_resources (and none in conn_shm). reset: both ends must end with
+# tcp_no_resources (and none in conn_shm). shm-tight: the stream verified
+# at both ends, and each end's stats must count the connection in conn_shm,
+# its send direction sent back to TCP (room_fallbacks=1) once it filled the
+# part of the ring that could be reserved, the rest over TCP, and its log
+# the warning. reset: both ends must end with
 # an error (a reset, an abort, a broken pipe or EOF) within 10 s, nothing
 # hangs, and no ring segment is left.
 # shellcheck source=tests/integration/lib.sh
@@ -21,7 +30,7 @@ source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
 source "$(dirname "$0")/mixed-lib.sh"
 
-mode=${1:?usage: fault-limits.sh nofile|as|shm-full|reset}
+mode=${1:?usage: fault-limits.sh nofile|as|shm-full|shm-tight|reset}
 needs_rings "limits are the shim's business: nothing to check without it" "no ring is ever made, so no limit can bite"
 
 # pair PREFIX_SERVER PREFIX_CLIENT BYTES: server and client (each prefix a
@@ -85,21 +94,42 @@ EOF
     pair "" "prlimit --as=800000000 --" 8M
     like_tcp
     ;;
-  shm-full)
+  shm-full | shm-tight)
     [[ $(id -u) == 0 ]] || skip "a private /dev/shm needs root"
     command -v unshare >/dev/null || skip "unshare is not installed"
     # The rest of this script, again, inside a mount namespace of its own.
     if [[ -z ${R2S_IN_NS:-} ]]; then
+      size=64k
+      [[ $mode == shm-tight ]] && size=320k
       rc=0
       # shellcheck disable=SC2016 # $0 is for the inner shell
-      R2S_IN_NS=1 unshare -m bash -c 'mount --make-rprivate / && mount -t tmpfs -o size=256k r2s-test /dev/shm &&
-        exec bash "$0" shm-full' "$0" || rc=$?
+      R2S_IN_NS=1 unshare -m bash -c 'mount --make-rprivate / && mount -t tmpfs -o size="$1" r2s-test /dev/shm &&
+        exec bash "$0" "$2"' "$0" "$size" "$mode" || rc=$?
       ((rc == 0)) || exit "$rc"
       log PASS
       exit 0
     fi
     pair "" "" 8M
-    like_tcp
+    if [[ $mode == shm-full ]]; then
+      like_tcp
+    else
+      ((CRC == 0 && SRC == 0)) ||
+        fail "shm-tight: expected both ends to verify the stream, got client $CRC, server $SRC: $(cat "$TMP/client.log" "$TMP/server.log")"
+      for end in client server; do
+        shm=$(STATS=$TMP/$end.stats stats_sum conn_shm)
+        back=$(STATS=$TMP/$end.stats stats_sum room_fallbacks)
+        ring=$(STATS=$TMP/$end.stats stats_sum bytes_shm_tx)
+        tcp=$(STATS=$TMP/$end.stats stats_sum bytes_tcp_tx)
+        # The producer fills what is reserved, then goes back to TCP: the
+        # ring carried exactly one of the reservation steps (64, 128 or
+        # 256 KiB; 64 KiB when the stats segments took their 64 KiB each).
+        ((shm == 1 && back == 1 && ring >= 65536 && ring <= 262144 && (ring & (ring - 1)) == 0 && tcp > 0)) ||
+          fail "shm-tight: expected the $end's stats to say conn_shm=1 room_fallbacks=1, a reserved step of the ring (64 to 256 KiB) through it and the rest over TCP, saw $shm, $back, ring $ring, tcp $tcp: $(cat "$TMP/$end.stats")"
+        grep -q "no room in /dev/shm for more of a ring" "$TMP/$end.log" ||
+          fail "shm-tight: the $end did not say why it went back to TCP: $(cat "$TMP/$end.log")"
+        log "shm-tight: the $end sent $ring bytes through the ring, then $tcp over TCP (room_fallbacks=$back)"
+      done
+    fi
     ;;
   reset)
     command -v ss >/dev/null || skip "ss is not installed"
