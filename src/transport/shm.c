@@ -66,14 +66,9 @@ struct r2s_tp_state_s {
 #define MADV_POPULATE_WRITE 23
 #endif
 
-static uint64_t first_backed(uint64_t size)
-{
-  return size < FIRST_BACKED ? size : FIRST_BACKED;
-}
-
 /* How far the reserved part of a ring reaches once a stream got to byte
  * `end` of its first lap: FIRST_BACKED doubled until it covers end, at
- * most the ring. The producer reserves in these steps, so a consumer that
+ * most the ring (end 0: what its owner reserves). The producer reserves in these steps, so a consumer that
  * sees a tail knows the step that covers it is reserved; a connection
  * that moves a little more than the first part maps no more pages than
  * it needs (reserving the whole rest at once made 200 KB request/response
@@ -156,7 +151,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   st->own_len = r2s__ring_bytes(size);
   /* Reserve the first pages, not just the size (see the top). Without
    * room for them the offer fails and the connection stays on TCP. */
-  st->own_backed = first_backed(size);
+  st->own_backed = backed_step(0, size);
   off_t first = (off_t)r2s__ring_bytes(st->own_backed);
   rc = ftruncate(fd, (off_t)st->own_len) < 0 ? errno : posix_fallocate(fd, 0, first);
   if (!rc) {
@@ -226,7 +221,7 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   shm_unlink(peer->shm.name);
   st->peer_mem = mem;
   st->peer_len = r2s__ring_bytes(size);
-  st->peer_backed = first_backed(size);
+  st->peer_backed = backed_step(0, size);
   rc = r2s__ring_attach(&st->peer, mem, size);
   if (rc < 0) {
     unmap(&st->peer_mem, st->peer_len);
