@@ -31,12 +31,13 @@ static uint32_t next_id;
 static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
 static const char *const reason_names[R2S_REASON_COUNT] = {
     "",        "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable",
-    "app-oob", "failed",   "no-hello",   "inherited",   "other-user",   "no-device"};
+    "app-oob", "failed",   "no-hello",   "inherited",   "other-user",   "no-device",
+    "short"};
 static const r2s_stat_id_t reason_stats[R2S_REASON_COUNT] = {
     R2S_STAT_COUNT,          R2S_STAT_tcp_disabled,     R2S_STAT_tcp_peer_plain,  R2S_STAT_tcp_no_peer_yet,
     R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources, R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,
     R2S_STAT_tcp_failed,     R2S_STAT_tcp_no_hello,     R2S_STAT_COUNT,           R2S_STAT_tcp_other_user,
-    R2S_STAT_tcp_no_device};
+    R2S_STAT_tcp_no_device,  R2S_STAT_tcp_short};
 
 const char *r2s__path_name(r2s_path_t p)
 {

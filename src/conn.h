@@ -53,6 +53,7 @@ typedef enum {
   R2S_REASON_INHERITED,    /* inherited across exec: the protocol state stayed behind */
   R2S_REASON_OTHER_USER,   /* the peer runs as another user: no shared memory */
   R2S_REASON_NO_DEVICE,    /* a remote peer, and no RDMA device serves the connection's address */
+  R2S_REASON_SHORT,        /* both shims, ended before moving R2SOCK_UPGRADE's bytes */
   R2S_REASON_COUNT
 } r2s_reason_t;
 

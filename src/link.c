@@ -296,7 +296,16 @@ int r2s__link_reason(const r2s_link_t *l)
   if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
   if (FAILED(l)) return R2S_REASON_FAILED;
   if (l->tcp_reason) return l->tcp_reason;
-  return __atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) ? R2S_REASON_UNFINISHED : R2S_REASON_NO_PEER_YET;
+  if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE)) return R2S_REASON_NO_PEER_YET;
+  /* Read without the locks: a close may classify while another thread
+   * still sends (the counters are stored atomically for this). */
+  uint64_t moved = __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) +
+                   __atomic_load_n(&l->rx_consumed, __ATOMIC_RELAXED);
+  bool sized = r2s__opt.upgrade.mode == R2S_UPGRADE_AUTO || r2s__opt.upgrade.mode == R2S_UPGRADE_AFTER;
+  if (sized && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_PROBE &&
+      moved < r2s__opt.upgrade.after_bytes)
+    return R2S_REASON_SHORT;
+  return R2S_REASON_UNFINISHED;
 }
 
 /* The first direction of the connection entered a ring. */
@@ -532,12 +541,14 @@ static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_con
 }
 
 /* R2SOCK_UPGRADE: at once, or once the connection moved that many bytes
- * over plain TCP (short connections never pay for a ring). */
+ * over plain TCP (auto: R2S_UPGRADE_AUTO_BYTES), so that short connections
+ * never pay for a ring. Both directions count, so the two ends cross the
+ * size at about the same point: each answers the other's switch at once. */
 static bool policy_allows_switch(const r2s_link_t *l)
 {
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_AUTO) return true;
-  return r2s__opt.upgrade.mode == R2S_UPGRADE_AFTER &&
-         l->tx_plain_bytes + l->rx_consumed >= r2s__opt.upgrade.after_bytes;
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NOW) return true;
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return false;
+  return l->tx_plain_bytes + l->rx_consumed >= r2s__opt.upgrade.after_bytes;
 }
 
 /* Our send direction stays plain (the application uses urgent data), but the
@@ -868,7 +879,7 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
    * caller's buffer, and no mark can lie inside them. */
   ssize_t k = k_recv(fd, NULL, (size_t)n, MSG_TRUNC);
   if (k != n) return k < 0 ? k : -EPROTO;
-  l->rx_consumed += (uint64_t)n;
+  __atomic_store_n(&l->rx_consumed, l->rx_consumed + (uint64_t)n, __ATOMIC_RELAXED); /* r2s__link_reason */
   return n;
 }
 
@@ -1252,7 +1263,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         (void)greet_locked(l, fd); /* a server that speaks first: the hello goes first */
       }
       n = tx_plain(fd, iov, cnt, flags);
-      if (n > 0) l->tx_plain_bytes += (uint64_t)n;
+      if (n > 0) __atomic_store_n(&l->tx_plain_bytes, l->tx_plain_bytes + (uint64_t)n, __ATOMIC_RELAXED);
       break;
     case R2S_TX_FRAMES: {
       int rc = flush_ctrl(l, fd);

@@ -82,10 +82,12 @@ bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out)
   uint64_t n;
   if (strcasecmp(s, "never") == 0) {
     *out = (r2s_opt_upgrade_t){R2S_UPGRADE_NEVER, 0};
+  } else if (strcasecmp(s, "now") == 0) {
+    *out = (r2s_opt_upgrade_t){R2S_UPGRADE_NOW, 0};
   } else if (strcasecmp(s, "auto") == 0) {
-    *out = (r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0};
+    *out = (r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, R2S_UPGRADE_AUTO_BYTES};
   } else if (r2s__parse_size(s, &n)) {
-    *out = n ? (r2s_opt_upgrade_t){R2S_UPGRADE_AFTER, n} : (r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0};
+    *out = n ? (r2s_opt_upgrade_t){R2S_UPGRADE_AFTER, n} : (r2s_opt_upgrade_t){R2S_UPGRADE_NOW, 0};
   } else {
     return false;
   }
@@ -189,6 +191,8 @@ const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t le
 {
   if (v->mode == R2S_UPGRADE_NEVER)
     snprintf(buf, len, "never");
+  else if (v->mode == R2S_UPGRADE_NOW)
+    snprintf(buf, len, "now");
   else if (v->mode == R2S_UPGRADE_AUTO)
     snprintf(buf, len, "auto");
   else
@@ -273,7 +277,7 @@ static const char *format_gidindex(const int *v, char *b, size_t n)
 static const char *const accepted_level = "error, warn, info, debug or 0-3";
 static const char *const accepted_bool = "1/0, yes/no, on/off, true/false";
 static const char *const accepted_string = "a non-empty string";
-static const char *const accepted_upgrade = "never, auto or a size such as 64K";
+static const char *const accepted_upgrade = "never, now, auto or a size such as 64K";
 static const char *const accepted_ringsize = "auto, or a power of two from 4K to 1G";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
 static const char *const accepted_seconds = "a whole number of seconds, 0 to 3600";

@@ -19,8 +19,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* When a connection may move off kernel TCP. */
-typedef enum { R2S_UPGRADE_NEVER = 0, R2S_UPGRADE_AUTO = 1, R2S_UPGRADE_AFTER = 2 } r2s_upgrade_mode_t;
+/* When a connection may move off kernel TCP. AUTO is AFTER this many bytes:
+ * more than a request and its response usually move, far less than TCP
+ * moves in the time an upgrade costs, so request/response connections are
+ * not slowed by rings they would never use and bulk ones still switch
+ * early (docs/rdma.md, "Short connections"). */
+#define R2S_UPGRADE_AUTO_BYTES (64u << 10)
+typedef enum {
+  R2S_UPGRADE_NEVER = 0,
+  R2S_UPGRADE_NOW = 1,
+  R2S_UPGRADE_AUTO = 2,
+  R2S_UPGRADE_AFTER = 3
+} r2s_upgrade_mode_t;
 typedef struct r2s_opt_upgrade_s {
   r2s_upgrade_mode_t mode;
   uint64_t after_bytes; /* R2S_UPGRADE_AFTER: bytes moved over TCP first */
@@ -56,8 +66,8 @@ typedef struct r2s_opt_ports_s {
   X(STATS, stats, bool, false, "print the counters on stderr when the process exits")                        \
   X(STATS_FILE, stats_file, string, NULL, "append the exit counters to this file instead (implies STATS)")   \
   X(STATSEG, statseg, bool, true, "publish live counters in /dev/shm/r2s-stat-PID for r2sock-stat")          \
-  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, 0}),                                    \
-    "when to leave kernel TCP: never, auto (at once), or a size such as 64K (after that many bytes)")        \
+  X(UPGRADE, upgrade, upgrade, ((r2s_opt_upgrade_t){R2S_UPGRADE_AUTO, R2S_UPGRADE_AUTO_BYTES}),              \
+    "when to leave kernel TCP: never, now, auto (after 64K) or a size such as 1M (after that many bytes)")  \
   X(SKIP_PORTS, skip_ports, ports, R2S_SKIP_PORTS_DEFAULT,                                                  \
     "server ports whose connections never try to upgrade: a list such as 21,23,512-514, or none")           \
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \

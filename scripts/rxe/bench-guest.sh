@@ -26,7 +26,7 @@
 # /proc/stat over the run: that includes the kernel's work for rxe and TCP,
 # which no process is charged with.
 # tcp_ = kernel TCP (no preload), rs_ = rsocket (librdmacm's librspreload.so
-# on both ends), r2_ = r2sock (libr2sock.so on both ends, R2SOCK_UPGRADE=auto;
+# on both ends), r2_ = r2sock (libr2sock.so on both ends, R2SOCK_UPGRADE=now;
 # in one guest also R2SOCK_TRANSPORT=rdma, since `auto` would pick shared
 # memory there). iperf3 stalls under rsocket: that case gets a short timeout
 # and a timeout is recorded as "stalled", not as an error.
@@ -190,7 +190,7 @@ run_case() {
   case $kind in
     rs_*) pre="env LD_PRELOAD=$RS"; ready=cm;;
     r2_*) st=$STATSDIR/$id.$SIDE
-          pre="env LD_PRELOAD=$LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=$st"
+          pre="env LD_PRELOAD=$LIB R2SOCK_UPGRADE=now R2SOCK_STATS=1 R2SOCK_STATS_FILE=$st"
           [ -z "$ROLE" ] && pre+=" R2SOCK_TRANSPORT=rdma";;
   esac
   case $kind in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A lying peer against a real shim'd program (tests/hostile/lying_peer.c).
 # For every case of `lying_peer --list`, one run: a stream_check server under
-# the shim (R2SOCK_UPGRADE=auto, block mode, two connections at once) serves
+# the shim (R2SOCK_UPGRADE=now, block mode, two connections at once) serves
 # an honest shim'd stream_check client (16 MiB each way through shared
 # memory) and the liar at the same time. Each run asserts:
 #   - the liar reached the outcome its case expects: the whole stream
@@ -32,7 +32,7 @@ SC=$BUILD/tests/progs/stream_check
 LIAR=$BUILD/tests/hostile/lying_peer
 [[ -x $SC && -x $LIAR ]] || fail "stream_check or lying_peer not built under $BUILD (set R2SOCK_BUILD)"
 [[ -n $R2SOCK_LIB ]] || skip "a lying peer needs the shim on the other end (R2SOCK_LIB is empty)"
-export R2SOCK_UPGRADE=auto
+export R2SOCK_UPGRADE=now
 
 # The server's per-connection line for the liar's connection says which
 # path it ended on, and why when it is TCP.

@@ -8,7 +8,7 @@
 #   default:   256 KiB each way with the default policy. Many connections
 #              end before their switch completes (by design they then stay
 #              on TCP frames); what must hold is every byte, while the
-#              server closes 1000 connections together. Under auto the
+#              server closes 1000 connections together. Under now the
 #              client reads the server's hello late and its shim answers
 #              with frames after the server has closed (and often after it
 #              has exited): both ends verify every byte of all 1000
@@ -91,10 +91,10 @@ log "peer-shim: client peaks: $rings ring mappings of $mapped KiB, RssShmem $shm
   "per connection: $((mapped / N)) KiB of rings mapped, $((shmem / N)) KiB shared resident, $((rss / N)) KiB resident;" \
   "machine Shmem peak +$((shm_grew / 1024)) MiB, $((shm_grew / N)) KiB per connection"
 check_stats conns=$((2 * N)) bulk=$((2 * N)) bytes=$((2 * N * 131072)) procs=2
-# Under auto every end must have upgraded. (The byte share is not asserted:
+# Under now every end must have upgraded. (The byte share is not asserted:
 # each client writes its bytes before its loop reads the server's
 # handshake, so about half goes in TCP frames.)
-if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE-} == auto ]]; then
+if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE-} == now ]]; then
   shm=$(stats_sum conn_shm)
   ((shm == 2 * N)) || fail "peer-shim: expected all $((2 * N)) connection ends on shm (conn_shm), saw $shm"
 fi

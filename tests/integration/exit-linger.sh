@@ -6,7 +6,7 @@
 #         exits; only then does the server start reading, so its shim reads
 #         the client's hello (and answers with frames) after the client has
 #         gone. Every byte the client wrote must arrive, as with plain TCP.
-#         Under auto the client's exit hands the socket to a lingerer
+#         Under now the client's exit hands the socket to a lingerer
 #         (exit_lingered=1), which must be there while the server has not
 #         read, and gone once the server has read to the end and closed.
 #   bound: as fill, but the server reads nothing until the client's

@@ -6,7 +6,7 @@
 # the parent only closes its copy. Asserted from the server side's stats
 # lines: the parent's (the one with listeners=1) counts no connection at
 # all (conn_seen=0, nothing on any path, no tcp_unfinished), and the
-# children's add up to conn_seen=4; with R2SOCK_UPGRADE=auto and plain
+# children's add up to conn_seen=4; with R2SOCK_UPGRADE=now and plain
 # fork, conn_shm=4 (the children upgrade); after exec the new image keeps
 # its inherited connection on TCP (conn_tcp=4).
 #   usage: fork-stats.sh fork|exec
@@ -57,7 +57,7 @@ done
 seen=$(stat children conn_seen)
 ((seen == N)) || fail "expected the children to count the $N connections (conn_seen), saw $seen"
 want_path=conn_tcp
-[[ ${R2SOCK_UPGRADE-} == auto && $mode == fork ]] && want_path=conn_shm
+[[ ${R2SOCK_UPGRADE-} == now && $mode == fork ]] && want_path=conn_shm
 v=$(stat children "$want_path")
 ((v == N)) || fail "expected $want_path=$N summed over the children, saw $v"
 log "parent: conn_seen=0; children: conn_seen=$seen $want_path=$v"

@@ -15,7 +15,7 @@
 #                bytes in front of control frames"), or it never sees the
 #                handshake and sends everything as TCP frames (seen in every
 #                run before that fix).
-# With R2SOCK_UPGRADE=auto each run asserts that the client's payload went
+# With R2SOCK_UPGRADE=now each run asserts that the client's payload went
 # through shared memory (>= 90% of its bytes_*_tx).
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -28,7 +28,7 @@ client_env=() server_env=()
 case $mode in
   default) ;;
   late-server)
-    if [[ ${R2SOCK_UPGRADE:-} == auto ]]; then
+    if [[ ${R2SOCK_UPGRADE:-} == now ]]; then
       client_env=(R2SOCK_UPGRADE=1) server_env=(R2SOCK_UPGRADE=64)
     fi
     ;;
@@ -57,7 +57,7 @@ for i in 1 2 3; do
   ((sent > 0)) || fail "run $i: expected the iperf client to send > 0 bytes, saw $sent"
   ((received == sent)) || fail "run $i: expected the server to receive exactly the $sent bytes sent, saw $received"
   stop_server "server-$i" INT
-  if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == auto ]]; then
+  if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == now ]]; then
     shm_tx=$(STATS=$TMP/client-$i.stats stats_sum bytes_shm_tx)
     tcp_tx=$(STATS=$TMP/client-$i.stats stats_sum bytes_tcp_tx)
     ((shm_tx * 10 >= (shm_tx + tcp_tx) * 9)) ||

@@ -6,7 +6,7 @@
 #   skipped: the server's port is in R2SOCK_SKIP_PORTS: the shim sends no
 #            hello, so the server reads exactly A+B with no mark, and the
 #            client's end is counted as tcp_disabled.
-#   control: R2SOCK_SKIP_PORTS=none: under R2SOCK_UPGRADE=auto the hello is
+#   control: R2SOCK_SKIP_PORTS=none: under R2SOCK_UPGRADE=now the hello is
 #            read inline as one extra byte before A+B (the harm the list
 #            exists to prevent, docs/protocol.md "What a plain peer sees");
 #            under never there is no hello and the bytes are exact.

@@ -10,7 +10,7 @@
 # data. Asserts, three runs:
 #   - the server's application reads exactly A+B in-band (what plain TCP
 #     gives with SO_OOBINLINE off), and the client exactly the server's 16 MiB;
-#   - under R2SOCK_UPGRADE=auto, the case was reached: the server's 16 MiB
+#   - under R2SOCK_UPGRADE=now, the case was reached: the server's 16 MiB
 #     went through shared memory, and the client's direction went back to
 #     plain TCP by a PLAIN frame (oob_fallbacks=1).
 #   usage: oob-after-ring.sh ring|answer|early
@@ -46,7 +46,7 @@ case $mode in
   ring) client_env=(R2SOCK_PEER_SHIM=1) ;;
   answer)
     client_env=(R2SOCK_PEER_SHIM=1) NE=$((16 << 10))
-    [[ ${R2SOCK_UPGRADE:-} == auto ]] && server_env=(R2SOCK_UPGRADE=$NE)
+    [[ ${R2SOCK_UPGRADE:-} == now ]] && server_env=(R2SOCK_UPGRADE=$NE)
     ;;
   early) client_env=() ;;
   *) fail "unknown mode '$mode'" ;;
@@ -67,7 +67,7 @@ for i in 1 2 3; do
   [[ $got == "$want" ]] || fail "run $i: the server observed '$got', expected '$want'"
   # The case was reached: the server's bytes went into the client's ring,
   # and the client's direction had switched and went back by a PLAIN frame.
-  if [[ $mode != early && -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == auto ]]; then
+  if [[ $mode != early && -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == now ]]; then
     shm_tx=$(STATS=$TMP/server-$i.stats stats_sum bytes_shm_tx)
     back=$(STATS=$TMP/client-$i.stats stats_sum oob_fallbacks)
     ((shm_tx == NY - NE && back == 1)) ||

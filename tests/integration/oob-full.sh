@@ -48,7 +48,7 @@ for mode in write oob; do
   got=$(file_size "$TMP/got-$i")
   diff=$(cmp "$TMP/sent-$i" "$TMP/got-$i" 2>&1) ||
     fail "run $i ($mode): the server's writes took $sent bytes, the client received $got: $diff ($said)"
-  if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == auto ]]; then
+  if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == now ]]; then
     back=$(STATS=$TMP/server-$i.stats stats_sum oob_fallbacks)
     grep -q "debug: send direction now in the peer's shm ring" "$TMP/server-$i.log" ||
       fail "run $i ($mode): the case was missed: the server's send direction never reached the client's ring ($said)"

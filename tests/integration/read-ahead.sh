@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A server that greets first, and whose shim switches only after its greeting
-# (R2SOCK_UPGRADE=G on the server, under R2SOCK_UPGRADE=auto): the greeting
+# (R2SOCK_UPGRADE=G on the server, under R2SOCK_UPGRADE=now): the greeting
 # lies in front of its switch mark and handshake. The client sends N bytes
 # before it reads anything (tests/integration/greeting_peer.py). Its shim,
 # which waits for that handshake, reads the greeting ahead into the link's
@@ -8,7 +8,7 @@
 # frames"); the application then finds it through select, FIONREAD,
 # MSG_PEEK, MSG_DONTWAIT and MSG_WAITALL reads, byte for byte. Two runs.
 #   usage: read-ahead.sh within|beyond|peek-past
-#   within: a 16 KiB greeting; under auto the client's N bytes must go
+#   within: a 16 KiB greeting; under now the client's N bytes must go
 #           through shared memory (>= 90%). Before the buffer existed they
 #           all went as TCP frames.
 #   beyond: a 256 KiB greeting, more than the buffer holds: the client's
@@ -36,7 +36,7 @@ case $mode in
   *) fail "unknown mode '$mode'" ;;
 esac
 server_env=()
-[[ ${R2SOCK_UPGRADE:-} == auto ]] && server_env=(R2SOCK_UPGRADE=$G)
+[[ ${R2SOCK_UPGRADE:-} == now ]] && server_env=(R2SOCK_UPGRADE=$G)
 SHIM=()
 shm_snapshot
 for i in 1 2; do
@@ -52,7 +52,7 @@ for i in 1 2; do
   [[ $got == "greeting_peer server: received=$N" ]] || fail "run $i: the server printed '$got', expected received=$N"
   grep -q "^greeting_peer client: sent=$N greeting=$G\$" "$TMP/client-$i.out" ||
     fail "run $i: the client did not report sent=$N greeting=$G: $(tail -n 3 "$TMP/client-$i.out")"
-  if [[ $mode == within && -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == auto ]]; then
+  if [[ $mode == within && -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} == now ]]; then
     shm_tx=$(STATS=$TMP/client-$i.stats stats_sum bytes_shm_tx)
     ((shm_tx * 10 >= N * 9)) ||
       fail "run $i: expected >= 90% of the client's $N bytes through shared memory, saw bytes_shm_tx=$shm_tx"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What docs/security.md promises about shared memory, checked on live
-# connections, both ends under the shim with R2SOCK_UPGRADE=auto.
+# connections, both ends under the shim with R2SOCK_UPGRADE=now.
 #   usage: security.sh other-user|names
 #   other-user: the server runs as `nobody` (setpriv), the client as root:
 #               neither may map the other's ring, so the connection stays on

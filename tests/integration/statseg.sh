@@ -20,9 +20,9 @@ mode=${1:?usage: statseg.sh live|off|killed}
 STAT=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/r2sock-stat
 [[ -x $STAT ]] || fail "r2sock-stat not built: expected it at $STAT (set R2SOCK_BUILD to the build dir)"
 case ${R2SOCK_UPGRADE:-never} in
-  auto) want_path=shm ;;
+  now) want_path=shm ;;
   never) want_path="tcp(disabled)" ;;
-  *) fail "R2SOCK_UPGRADE must be auto or never for this test, not '$R2SOCK_UPGRADE'" ;;
+  *) fail "R2SOCK_UPGRADE must be now or never for this test, not '$R2SOCK_UPGRADE'" ;;
 esac
 SEG=/dev/shm/r2s-stat-
 

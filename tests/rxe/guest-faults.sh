@@ -21,7 +21,7 @@ if [ -z "${R2SOCK_LIB:-}" ]; then
   skip "fault trials" "R2SOCK_LIB is empty (libr2sock.so not built)"
   finish
 fi
-RDMA_ENV="LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_TRANSPORT=rdma"
+RDMA_ENV="LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma"
 exec {tick}<> <(:)
 RANDOM=${R2SOCK_FAULT_SEED:-4242}
 times=() survived=0 hung=0 completed=0 bad=0 slow=0

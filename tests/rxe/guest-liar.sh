@@ -38,7 +38,7 @@ rt=$(ldd "$LIB" 2>/dev/null | awk '/libasan\.so/ { print $3; exit }')
 # LeakSanitizer off: at the end of a failed connection the server exits
 # through stream_check's error path; memory errors still abort.
 [ -n "$rt" ] && export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
-V_ENV=(LD_PRELOAD="${rt:+$rt:}$LIB" R2SOCK_UPGRADE=auto R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1 R2SOCK_LOG=info)
+V_ENV=(LD_PRELOAD="${rt:+$rt:}$LIB" R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1 R2SOCK_LOG=info)
 SAN_RE='AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:'
 # the shim's counter (server's stats) and warning each case must leave
 declare -A WHY=(

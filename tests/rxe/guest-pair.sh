@@ -5,7 +5,7 @@
 #   2. ib_write_bw b -> a over RoCEv2 moves data (bandwidth > 0, a's rxe0
 #      received and b's sent thousands of packets)
 #   3. iperf3 b -> a without the shim (baseline figure), then with
-#      LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto on both ends and the
+#      LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now on both ends and the
 #      default transport choice: two hosts, so RDMA. Each side's process
 #      upgraded both connections to RDMA (conn_rdma >= 2), >= 90 % of its
 #      payload went over RDMA, and rxe0 carried it (packet counters).
@@ -51,7 +51,7 @@ else
   stats=/xfer/stats.$ROLE  # one file per guest: two 9p clients must not append to one file
   rm -f "$stats"
   rxe_snap shim
-  iperf_pair iperf3_shim LD_PRELOAD="$R2SOCK_LIB" R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE="$stats"
+  iperf_pair iperf3_shim LD_PRELOAD="$R2SOCK_LIB" R2SOCK_UPGRADE=now R2SOCK_STATS=1 R2SOCK_STATS_FILE="$stats"
   rxe_delta shim
   say "stats written by the shim:"; sed 's/^/    /' "$stats" 2>/dev/null
   step "iperf3: both connections upgraded to RDMA" r2s_stats_check "$stats" 1 conn_rdma 2
@@ -60,7 +60,7 @@ else
 
   sc=${R2SOCK_BUILD:-}/tests/progs/stream_check
   rm -f "$stats.sc"
-  env="env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=$stats.sc"
+  env="env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now R2SOCK_STATS=1 R2SOCK_STATS_FILE=$stats.sc"
   xpair stream 7000 "$env $sc server --host $SRV --port 7000 --once --timeout 90" \
     "$env $sc client --host $SRV --port 7000 --bytes 16M --bidir --timeout 90"
   step "stream checker: upgraded to RDMA" r2s_stats_check "$stats.sc" 1 conn_rdma 1

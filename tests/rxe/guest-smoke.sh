@@ -54,7 +54,7 @@ elif [ ! -r "$R2SOCK_LIB" ]; then
   finish
 fi
 
-RDMA_ENV="LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1"
+RDMA_ENV="LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1"
 
 # rdma_case NAME PORT CONNS SHARE MINPKTS 'server cmd' 'client cmd': both
 # ends under the shim with RDMA forced. Asserts that both processes upgraded
@@ -143,8 +143,8 @@ step "redis-benchmark reported rates" grep -q 'requests per second' "$LOGDIR/red
 # The same host with the default choice: shared memory, not RDMA.
 rm -f /xfer/stats.auto
 serve_and_connect auto-shm 7001 \
-  "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC server --host $IP --port 7001 --once --timeout 60" \
-  "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=auto R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC client --host $IP --port 7001 --bytes 4M --timeout 60"
+  "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC server --host $IP --port 7001 --once --timeout 60" \
+  "env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.auto $SC client --host $IP --port 7001 --bytes 4M --timeout 60"
 step "auto on one host picks shared memory" r2s_stats_check /xfer/stats.auto 2 conn_shm 1
 
 # The GID: the client finds it from its address (the device's table in one

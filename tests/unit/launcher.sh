@@ -14,7 +14,7 @@ run() { "$launcher" --lib "$lib" "$@"; }
 
 # flag value variable=value: every option of --help that sets a variable.
 cases=(
-  "--upgrade auto R2SOCK_UPGRADE=auto"
+  "--upgrade now R2SOCK_UPGRADE=now"
   "--upgrade=64K - R2SOCK_UPGRADE=64K"
   "--peer-shim - R2SOCK_PEER_SHIM=1"
   "--transport rdma R2SOCK_TRANSPORT=rdma"

@@ -11,7 +11,7 @@ export ASAN_OPTIONS=intercept_send=0:intercept_recv=0:detect_leaks=0
 for dir in send recv; do
   out=$("$prog" "$dir" 2>&1) || { echo "control run ($dir, no shim) failed: $out"; exit 1; }
   rc=0
-  out=$(LD_PRELOAD="$rt:$lib" R2SOCK_UPGRADE=auto timeout 30 "$prog" "$dir" 2>&1) || rc=$?
+  out=$(LD_PRELOAD="$rt:$lib" R2SOCK_UPGRADE=now timeout 30 "$prog" "$dir" 2>&1) || rc=$?
   if ((rc == 0)) || ! grep -q 'r2sock: the application handed over a buffer with poisoned bytes' <<<"$out"; then
     echo "FAIL: $dir from a poisoned buffer under the shim: status $rc, output: $out"
     exit 1

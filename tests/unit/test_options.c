@@ -72,18 +72,26 @@ static void test_level(void **state)
 static void test_upgrade(void **state)
 {
   (void)state;
-  r2s_opt_upgrade_t u = {R2S_UPGRADE_AUTO, 0};
+  r2s_opt_upgrade_t u = {R2S_UPGRADE_NOW, 0};
   char buf[64];
   assert_true(r2s__parse_upgrade("never", &u));
   assert_int_equal(u.mode, R2S_UPGRADE_NEVER);
+  assert_string_equal(r2s__format_upgrade(&u, buf, sizeof buf), "never");
   assert_true(r2s__parse_upgrade("64K", &u));
   assert_int_equal(u.mode, R2S_UPGRADE_AFTER);
   assert_int_equal(u.after_bytes, 65536);
   assert_string_equal(r2s__format_upgrade(&u, buf, sizeof buf), "after 65536 bytes");
   assert_true(r2s__parse_upgrade("0", &u)); /* after 0 bytes is at once */
+  assert_int_equal(u.mode, R2S_UPGRADE_NOW);
+  assert_true(r2s__parse_upgrade("NOW", &u));
+  assert_int_equal(u.mode, R2S_UPGRADE_NOW);
+  assert_string_equal(r2s__format_upgrade(&u, buf, sizeof buf), "now");
+  assert_true(r2s__parse_upgrade("auto", &u)); /* the default: after 64 KiB */
   assert_int_equal(u.mode, R2S_UPGRADE_AUTO);
+  assert_int_equal(u.after_bytes, 65536);
+  assert_string_equal(r2s__format_upgrade(&u, buf, sizeof buf), "auto");
   assert_false(r2s__parse_upgrade("sometimes", &u));
-  assert_int_equal(u.mode, R2S_UPGRADE_AUTO);
+  assert_int_equal(u.mode, R2S_UPGRADE_AUTO); /* a bad value leaves it as it was */
 }
 
 static void test_ports(void **state)
@@ -155,6 +163,8 @@ static void test_load_from_environment(void **state)
 {
   (void)state;
   r2s_options_t defaults = r2s__opt;
+  assert_int_equal(defaults.upgrade.mode, R2S_UPGRADE_AUTO); /* what a user gets who sets nothing */
+  assert_int_equal(defaults.upgrade.after_bytes, 65536);
   setenv("R2SOCK_UPGRADE", "1M", 1);
   setenv("R2SOCK_STATS_FILE", "/tmp/x", 1);
   setenv("R2SOCK_LOG", "loud", 1); /* bad: warns, keeps the default */

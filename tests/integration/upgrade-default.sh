@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# What R2SOCK_UPGRADE's default (auto: after 64 KiB moved) does to a user's
+# connections. The shm variant runs its programs with the variable unset;
+# the tcp variant (never) checks the same programs and bytes in
+# pass-through.
+#   short: 200 connections, one after another, each a verified request and
+#          response of 1000 bytes (rr_check). Under the default no ring is
+#          made for them: at both ends every connection stays on TCP and is
+#          counted as tcp_short, and every byte went over TCP. Before the
+#          default changed each one set up and tore down two rings, which
+#          made it 4-5x slower than kernel TCP here.
+#   long:  one 32 MiB stream each way (stream_check --bidir). It must still
+#          leave TCP: both ends count conn_shm=1, each sent at least two
+#          thirds of its bytes through shared memory, and the two ends sent
+#          at least 64 KiB over TCP in all before they switched (each end
+#          counts the bytes of both directions). Why not 90%: a switch in
+#          the middle of a stream leaves the bytes already in the two
+#          socket buffers in front of the peer's handshake, and those go on
+#          over TCP (0.2 to 2.3 MiB per direction seen here).
+#   usage: upgrade-default.sh short|long
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+mode=${1:?usage: upgrade-default.sh short|long}
+PROGS=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs
+for p in rr_check stream_check; do
+  [[ -x $PROGS/$p ]] || fail "$p not built: expected it at $PROGS/$p (set R2SOCK_BUILD to the build dir)"
+done
+shimmed=
+if [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-} != never ]]; then
+  unset R2SOCK_UPGRADE # what a user gets who sets nothing
+  shimmed=1
+fi
+
+# end_stat WHO KEY: KEY from the server's line (listeners=1) or the client's.
+end_stat() {
+  local sel='/ listeners=1 /'
+  [[ $1 == client ]] && sel='/ listeners=0 / && !/ conn_seen=0 /'
+  awk -v k="$2" "/^r2sock\\[[0-9]+\\] stats:/ && $sel"' {
+      for (i = 3; i <= NF; i++) {
+        n = index($i, "=")
+        if (substr($i, 1, n - 1) == k) { s += substr($i, n + 1); f = 1 }
+      }
+    } END { if (!f) s = -1; printf "%.0f\n", s }' "$STATS"
+}
+expect() { # WHO KEY OP VALUE
+  local v
+  v=$(end_stat "$1" "$2")
+  ((v >= 0)) || fail "$1: no $2 in its stats line: $(cat "$STATS")"
+  (("v $3 $4")) || fail "$1: expected $2 $3 $4, saw $v"
+  log "$1: $2=$v ($3 $4)"
+}
+
+port=$(free_port)
+case $mode in
+  short)
+    N=200 B=1000
+    start_server rr "$port" "$PROGS/rr_check" server --port "$port" --conns $N --bytes $B --timeout 60
+    run 90 "$PROGS/rr_check" client --port "$port" --conns $N --bytes $B --timeout 60 >"$TMP/client.out"
+    wait_server rr 30
+    grep -q "rr_check client: OK conns=$N/$N verified=$((N * B))" "$TMP/client.out" ||
+      fail "client did not verify all $N responses: $(cat "$TMP/client.out")"
+    grep -q "rr_check server: OK conns=$N/$N verified=$((N * B))" "$TMP/rr.log" ||
+      fail "server did not verify all $N requests: $(cat "$TMP/rr.log")"
+    check_stats conns=$((2 * N)) bytes=$((2 * N * B)) procs=2
+    if [[ -n $shimmed ]]; then
+      for who in server client; do
+        expect $who conn_seen == $N
+        expect $who conn_tcp == $N
+        expect $who tcp_short == $N
+        expect $who conn_shm == 0
+        expect $who bytes_tcp_tx == $((N * B))
+        expect $who bytes_shm_tx == 0
+      done
+    fi
+    ;;
+  long)
+    B=$((32 << 20))
+    start_server sc "$port" "$PROGS/stream_check" server --host 127.0.0.1 --port "$port" --once --timeout 60
+    run 90 "$PROGS/stream_check" client --host 127.0.0.1 --port "$port" --bytes $B --bidir --seed 7 \
+      --timeout 60 >"$TMP/client.out"
+    wait_server sc 30
+    grep -q "stream_check client: OK" "$TMP/client.out" ||
+      fail "client did not verify: $(cat "$TMP/client.out")"
+    grep -q "stream_check server: OK" "$TMP/sc.log" || fail "server did not verify: $(cat "$TMP/sc.log")"
+    check_stats conns=2 bulk=2 bytes=$((2 * B)) procs=2
+    if [[ -n $shimmed ]]; then
+      for who in server client; do
+        expect $who conn_shm == 1
+        expect $who tcp_short == 0
+        expect $who bytes_shm_tx '>=' $((B * 2 / 3))
+      done
+      # Each end switches once the two directions together moved 64 KiB:
+      # the two ends' sends over TCP add up to at least that.
+      tcp=$(($(end_stat server bytes_tcp_tx) + $(end_stat client bytes_tcp_tx)))
+      ((tcp >= 65536)) || fail "expected the ends to send >= 65536 bytes over TCP before switching, saw $tcp"
+      log "sent over TCP before the switch: $tcp bytes in all (>= 65536)"
+    fi
+    ;;
+  *) fail "unknown mode '$mode' (short|long)" ;;
+esac
+log "ok"
