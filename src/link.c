@@ -873,6 +873,7 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
      * peer sent no hello (TCP delivers in order), so it is plain. */
     peer_is_plain(l, fd, R2S_REASON_PEER_PLAIN);
   }
+  if (n == 0 && !mark) l->rx_eof = true; /* not with a lone hello still to take (r2s__link_close) */
   if (n <= 0) return n; /* 0: end of stream; -EAGAIN */
   if (flags & MSG_PEEK) return n;
   /* Consume exactly what was peeked: the bytes are already in the
@@ -1008,6 +1009,7 @@ static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
     n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
     if (n < 0) n = -errno;
+    if (n == 0) l->rx_eof = true;
   }
   }
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
@@ -1736,6 +1738,10 @@ void r2s__link_close(r2s_link_t *l, int fd)
     }
     if (l->rx_plain_pending || l->rx_state == R2S_RX_PLAIN) break;
   }
+  /* The application read the peer's end of the stream (not one our own
+   * shutdown(SHUT_RD) made up): the peer can send nothing more, not even a
+   * frame, so the kernel's own close is the orderly one. */
+  bool peer_done = l->rx_eof && !l->rx_shut;
   pthread_mutex_unlock(&l->rx_lock);
   pthread_mutex_lock(&l->tx_lock);
   (void)flush_ctrl(l, fd);
@@ -1766,7 +1772,8 @@ void r2s__link_close(r2s_link_t *l, int fd)
      * kernel no longer has them, so it is asked to. */
     struct linger abort_now = {1, 0};
     (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
-  } else if (!FAILED(l) && !aborts(fd) && (only_frames || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
-    (void)r2s__reaper_adopt(fd);
+  } else if (!peer_done && !FAILED(l) && !aborts(fd) &&
+             (only_frames || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
+    if (r2s__reaper_adopt(fd) == 0) R2S_STAT_INC(closes_reaped);
   }
 }
