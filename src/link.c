@@ -991,10 +991,12 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
 
 /* One read of the stream as the receive direction's state has it; -EPROTO
  * and the like fail the link. rx_lock held. */
-static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                             r2s_link_moved_t *mv)
 {
   ssize_t n;
-  switch (l->rx_state) {
+  int st = l->rx_state;
+  switch (st) {
   case R2S_RX_PROBE:
   case R2S_RX_PREMARK:
     n = rx_premark(l, fd, iov, cnt, flags);
@@ -1014,6 +1016,8 @@ static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int
   }
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
     fail(l, (int)n, l->rx_state == R2S_RX_RING ? "bad frame or ring index from the peer" : "bad frame from the peer");
+  /* rx_ring hands out ring bytes only; a state it leaves returns RETRY. */
+  if (n > 0 && st == R2S_RX_RING && mv) mv->ring += (size_t)n, mv->ring_path = TP(l)->path;
   return n;
 }
 
@@ -1023,7 +1027,8 @@ static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int
  * buffer filled between the two, by a sender in another thread). Only
  * where bytes are known to wait, so that an error or the end of the stream
  * the kernel reports once is left for the next read. rx_lock held. */
-static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t got, int flags)
+static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t got, int flags,
+                              r2s_link_moved_t *mv)
 {
   /* The caller's room is full, or (the same, for a peek) the buffer has
    * more than it took. */
@@ -1034,12 +1039,14 @@ static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, in
   if (!more) return 0;
   struct iovec rest[64];
   int k = r2s__iov_advance(rest, 64, iov, cnt, got);
-  ssize_t n = recv_by_state(l, fd, rest, k, flags);
+  ssize_t n = recv_by_state(l, fd, rest, k, flags, mv);
   return n > 0 ? (size_t)n : 0;
 }
 
-ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                       r2s_link_moved_t *mv)
 {
+  if (mv) *mv = (r2s_link_moved_t){0};
   /* Each state reads 0 from below as the end of the stream and keeps it
    * (rx_eof): an empty read would end the stream for good. */
   if (r2s__iov_total(iov, cnt) == 0) return -EINVAL;
@@ -1055,11 +1062,11 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = (ssize_t)r2s__readahead_take(&l->rx_ahead, iov, cnt, flags & MSG_PEEK);
       if (n && !r2s__readahead_len(&l->rx_ahead) && l->rx_state == R2S_RX_PLAIN) settle_plain(l);
       if (n) {
-        n += (ssize_t)recv_past_ahead(l, fd, iov, cnt, (size_t)n, flags);
+        n += (ssize_t)recv_past_ahead(l, fd, iov, cnt, (size_t)n, flags, mv);
         break;
       }
     }
-    n = recv_by_state(l, fd, iov, cnt, flags);
+    n = recv_by_state(l, fd, iov, cnt, flags, mv);
   } while (n == RETRY);
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
   /* After shutdown(SHUT_RD) TCP still hands out what is queued, then the
@@ -1232,8 +1239,10 @@ static ssize_t tx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt
   return (ssize_t)app;
 }
 
-ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                       r2s_link_moved_t *mv)
 {
+  if (mv) *mv = (r2s_link_moved_t){0};
   pthread_mutex_lock(&l->tx_lock);
   ssize_t n = RETRY;
   while (n == RETRY) {
@@ -1301,6 +1310,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       if (l->tx_state != R2S_TX_RING) continue; /* our PLAIN frame left: TCP from here */
       n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
       if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
+      if (n > 0 && mv) mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
       /* The ring cannot take more (shm: no room in /dev/shm for its
        * rest): the bytes go on over TCP, behind the ones in the ring. A

@@ -132,13 +132,26 @@ static inline bool r2s__link_passthrough(const r2s_link_t *l)
   return __atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* Which way the bytes of one r2s__link_recv or r2s__link_send went: `ring`
+ * of them through the transport's ring (on `ring_path`, an r2s_path_t),
+ * the rest over TCP. Filled by the call itself, under the direction's
+ * lock, because another thread may switch the direction right after it
+ * returns: a path looked up before or after the call can name the wrong
+ * one. May be NULL. */
+typedef struct r2s_link_moved_s {
+  size_t ring;
+  int ring_path;
+} r2s_link_moved_t;
+
 /* Nonblocking stream operations (see the contract above). flags: MSG_PEEK
  * for recv; MSG_MORE is ignored. A recv's iov describes at least one byte:
  * 0 is the end of the stream, so an empty read cannot be told from it
  * (stream.c answers those itself); an empty one gets -EINVAL and leaves
  * the link as it was. */
-ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
-ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
+ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                       r2s_link_moved_t *mv);
+ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                       r2s_link_moved_t *mv);
 
 /* send(MSG_OOB) on a carried connection. Urgent data cannot travel through
  * a ring, so the direction goes back to plain TCP for good: the bytes
@@ -206,7 +219,8 @@ void r2s__link_close(r2s_link_t *l, int fd);
  * switch; urgent bytes racing a switch are a documented limitation.) */
 void r2s__link_app_oob(r2s_link_t *l, int fd);
 
-/* The path each direction's application bytes take now (r2s_path_t). */
+/* The path each direction's application bytes take now (r2s_path_t), for
+ * the stats' path field; the byte counts use r2s_link_moved_t. */
 int r2s__link_rx_path(const r2s_link_t *l);
 int r2s__link_tx_path(const r2s_link_t *l);
 /* Why the connection is (still) on TCP: an r2s_reason_t, NONE if upgraded. */

@@ -152,12 +152,21 @@ static ssize_t recv_nothing(r2s_conn_t *c, int fd, int flags)
   bool nb = nonblocking(c, flags);
   int64_t deadline = 0, began = 0;
   for (bool waited = false;; waited = true) {
-    ssize_t n = r2s__link_recv(c->link, fd, &one, 1, MSG_PEEK);
+    ssize_t n = r2s__link_recv(c->link, fd, &one, 1, MSG_PEEK, NULL);
     if (n != -EAGAIN) return n >= 0 || waited ? 0 : n;
     if (nb) return -EAGAIN;
     if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
     if (wait_for(c, fd, POLLIN, deadline, &began) < 0) return 0;
   }
+}
+
+/* Counts the n bytes of one link call on the paths it reports it used. */
+static void count_moved(r2s_conn_t *c, void (*count)(r2s_conn_t *, r2s_path_t, long long), ssize_t n,
+                        const r2s_link_moved_t *mv)
+{
+  long long ring = (long long)mv->ring;
+  if (ring > 0) count(c, (r2s_path_t)mv->ring_path, ring);
+  if (n > ring) count(c, R2S_PATH_TCP, n - ring);
 }
 
 ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
@@ -171,11 +180,11 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   struct iovec rest[64];
   for (;;) {
     int k = r2s__iov_advance(rest, 64, iov, cnt, done);
-    int path = r2s__link_rx_path(l);
-    ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK);
+    r2s_link_moved_t mv;
+    ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK, &mv);
     if (n > 0) began = 0;
     if (n > 0) {
-      if (!(flags & MSG_PEEK)) r2s__conn_count_rx(c, (r2s_path_t)path, n);
+      if (!(flags & MSG_PEEK)) count_moved(c, r2s__conn_count_rx, n, &mv);
       done += (size_t)n;
       if (!waitall || done >= want) return (ssize_t)done;
       continue;
@@ -199,12 +208,11 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   struct iovec rest[64];
   for (;;) {
     int k = r2s__iov_advance(rest, 64, iov, cnt, done);
-    ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT);
+    r2s_link_moved_t mv;
+    ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT, &mv);
     if (n > 0) began = 0;
     if (n > 0) {
-      /* The path after the call: a send that changes it (into the ring,
-       * or back to TCP) does so before it moves any byte. */
-      r2s__conn_count_tx(c, (r2s_path_t)r2s__link_tx_path(l), n);
+      count_moved(c, r2s__conn_count_tx, n, &mv);
       done += (size_t)n;
       if (done >= want || nb) return (ssize_t)done;
       continue;
