@@ -3,7 +3,7 @@
  *
  * Contract (docs/protocol.md is the normative text):
  *  - Before the switch a direction carries only application bytes, plus the
- *    urgent hello (R2S_HELLO_BYTE) at position 0. At the switch mark
+ *    urgent hello (R2S_HELLO_BYTE, or R2S_HELLO_SIZED | k) at position 0. At the switch mark
  *    (urgent R2S_SWITCH_BYTE) the direction starts carrying frames, and never
  *    goes back.
  *  - A frame is an 8-byte header (type, flags, 2 reserved bytes that must be
@@ -26,6 +26,21 @@
 #define R2S_PROTO_VERSION 1
 #define R2S_HELLO_BYTE    0x48 /* 'H', urgent, position 0 of each direction */
 #define R2S_SWITCH_BYTE   0x55 /* 'U', urgent, where a direction turns to frames */
+/* A hello that also says when its sender may switch: R2S_HELLO_SIZED | k
+ * (k < 64) promises no switch before the connection moved 2^k application
+ * bytes (sent and received together). R2S_HELLO_BYTE promises nothing. */
+#define R2S_HELLO_SIZED 0xC0
+
+static inline int r2s__is_hello(int urg)
+{
+  return urg == R2S_HELLO_BYTE || (urg >= R2S_HELLO_SIZED && urg <= 0xFF);
+}
+/* The bytes a connection moves before the hello's sender may switch: 0 if
+ * it may at once (or urg is no hello). */
+static inline uint64_t r2s__hello_floor(int urg)
+{
+  return urg >= R2S_HELLO_SIZED && urg <= 0xFF ? (uint64_t)1 << (urg & 63) : 0;
+}
 
 enum {
   R2S_FRAME_HANDSHAKE = 1, /* version, host identity, transport offers */

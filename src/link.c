@@ -203,6 +203,16 @@ static void peer_is_plain(r2s_link_t *l, int fd, int reason)
   settle_plain(l);
 }
 
+/* Our hello: a sized one when the policy waits for bytes (at least the
+ * largest power of two in after_bytes), so that a peer that closes first
+ * knows whether a switch mark of ours could still come (r2s__link_close). */
+static unsigned char hello_byte(void)
+{
+  uint64_t after = r2s__opt.upgrade.mode == R2S_UPGRADE_NOW ? 0 : r2s__opt.upgrade.after_bytes;
+  if (after == 0) return R2S_HELLO_BYTE;
+  return (unsigned char)(R2S_HELLO_SIZED | (63 - __builtin_clzll(after)));
+}
+
 /* A link in the given states, counted as active; NULL without memory. */
 static r2s_link_t *link_new(int rx_state, int tx_state)
 {
@@ -220,7 +230,7 @@ static r2s_link_t *link_new(int rx_state, int tx_state)
 
 r2s_link_t *r2s__link_start(int fd, bool accepted)
 {
-  static const unsigned char hello = R2S_HELLO_BYTE;
+  const unsigned char hello = hello_byte();
   if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
   /* The link exists before the hello leaves: a peer that hears it may
    * switch, and then someone must be watching for its mark. */
@@ -594,7 +604,7 @@ static void send_interlude_locked(r2s_link_t *l, int fd)
  * (the peer, reading bytes at position 0 without a mark, judges us so). */
 static bool greet_locked(r2s_link_t *l, int fd)
 {
-  static const unsigned char hello = R2S_HELLO_BYTE;
+  const unsigned char hello = hello_byte();
   if (!l->hello_owed) return true;
   if (l->tx_state != R2S_TX_PROBE) return false;
   if (l->tx_plain_bytes == 0 && k_send(fd, &hello, 1, MSG_OOB) == 1) {
@@ -842,7 +852,8 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
    * (ENOTCONN): whether they are frames can no longer be known, so none of
    * them may reach the application as data. */
   if (urg < 0 && urg != -EINVAL && urg != -EAGAIN) return urg == -ENOTCONN ? -ECONNRESET : urg;
-  if (urg >= 0 && urg != R2S_HELLO_BYTE && urg != R2S_SWITCH_BYTE) {
+  if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
+  if (urg >= 0 && !r2s__is_hello(urg) && urg != R2S_SWITCH_BYTE) {
     /* Urgent data that is not ours: the peer application uses it. */
     peer_is_plain(l, fd, R2S_REASON_APP_OOB);
     return RETRY;
@@ -1258,7 +1269,8 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     case R2S_TX_PROBE:
       if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         int urg = urgent_peek(fd);
-        if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE || urg == -EAGAIN)
+        if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
+        if (r2s__is_hello(urg) || urg == R2S_SWITCH_BYTE || urg == -EAGAIN)
           __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at = next_probe(l->tx_writes);
       }
@@ -1375,7 +1387,7 @@ int r2s__link_atmark(r2s_link_t *l, int fd)
   /* In PROBE/PREMARK a mark of ours (hello) is not the application's. */
   if (v && st != R2S_RX_PLAIN) {
     int urg = urgent_peek(fd);
-    if (urg == R2S_HELLO_BYTE || urg == R2S_SWITCH_BYTE) v = 0;
+    if (r2s__is_hello(urg) || urg == R2S_SWITCH_BYTE) v = 0;
   }
   return v; /* ring or frames first: the application is not at a mark */
 }
@@ -1721,7 +1733,8 @@ void r2s__link_close(r2s_link_t *l, int fd)
         continue;
       }
       char c;
-      if (urg == R2S_HELLO_BYTE && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
+      if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
+      if (r2s__is_hello(urg) && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
         (void)k_recv(fd, NULL, 1, MSG_TRUNC); /* takes the lone hello */
       break;
     }
@@ -1752,12 +1765,25 @@ void r2s__link_close(r2s_link_t *l, int fd)
    * shutdown(SHUT_RD) made up): the peer can send nothing more, not even a
    * frame, so the kernel's own close is the orderly one. */
   bool peer_done = l->rx_eof && !l->rx_shut;
+  /* Or the peer can send nothing that plain TCP would not meet with a
+   * reset as well. Its hello came, saying it switches only once the
+   * connection moved 2^k bytes as it counts them (sent plus received). It
+   * received at most what we sent, and what it sent beyond what we read
+   * reaches a closed socket, which resets it as under plain TCP. So while
+   * our count is below its floor, a switch mark of its can only come in
+   * front of new bytes of its application, and none answers ours: we never
+   * switched (checked below, under tx_lock). The first end to close then
+   * needs no reaper either. */
+  bool peer_quiet = (l->rx_state == R2S_RX_PROBE || l->rx_state == R2S_RX_PREMARK) &&
+                    __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) + l->rx_consumed <
+                        r2s__hello_floor(__atomic_load_n(&l->peer_hello, __ATOMIC_RELAXED));
   pthread_mutex_unlock(&l->rx_lock);
   pthread_mutex_lock(&l->tx_lock);
   (void)flush_ctrl(l, fd);
   /* Our FIN must not overtake our last ring bytes (RDMA writes still in
    * flight): the peer would read the end of the stream before them. */
   if (l->tx_state == R2S_TX_RING) flush_tp_locked(l, fd);
+  peer_quiet = peer_quiet && l->tx_state == R2S_TX_PROBE && !l->tp;
   pthread_mutex_unlock(&l->tx_lock);
   /* The peer's hello or frames may still be on their way to us: an orderly
    * close in the background (reaper.h). Unless the application left its
@@ -1782,7 +1808,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
      * kernel no longer has them, so it is asked to. */
     struct linger abort_now = {1, 0};
     (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
-  } else if (!peer_done && !FAILED(l) && !aborts(fd) &&
+  } else if (!peer_done && !peer_quiet && !FAILED(l) && !aborts(fd) &&
              (only_frames || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
     if (r2s__reaper_adopt(fd) == 0) R2S_STAT_INC(closes_reaped);
   }

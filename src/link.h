@@ -48,6 +48,7 @@ struct r2s_link_s {
   pthread_mutex_t rx_lock, tx_lock;
   int rx_state, tx_state; /* atomic loads on the fast path */
   int peer_shim;          /* the peer announced itself */
+  int peer_hello;         /* its hello byte once seen (atomic), else 0 */
   int failed;             /* -errno after a protocol error: the connection is reset */
 
   /* receive side (rx_lock) */

@@ -8,9 +8,20 @@
 #          made for them: at both ends every connection stays on TCP and is
 #          counted as tcp_short, and every byte went over TCP. Before the
 #          default changed each one set up and tore down two rings, which
-#          made it 4-5x slower than kernel TCP here. The client, which
-#          closes first, hands every close to the reaper (closes_reaped=N);
-#          the server, which read the client's end of stream first, none.
+#          made it 4-5x slower than kernel TCP here. Neither end hands a
+#          close to the reaper (closes_reaped=0): the server read the
+#          client's end of stream first, and the client, which closes
+#          first, had the server's sized hello, which promises no switch
+#          before 64 KiB moved, and moved 2000 bytes.
+#   short-now-server: the same, with the server under R2SOCK_UPGRADE=now.
+#          Its hello promises nothing and it switches as soon as it reads:
+#          the client must finish every close in the background (N), the
+#          server none.
+#   short-past-floor: 33000 bytes each way, the client under
+#          R2SOCK_UPGRADE=1G. No end switches (the server's count passes
+#          64 KiB only with its last write), but the client moved more than
+#          the server's hello promised to wait for, so it cannot know: it
+#          hands every close to the reaper.
 #   long:  one 32 MiB stream each way (stream_check --bidir). It must still
 #          leave TCP: both ends count conn_shm=1, each sent at least two
 #          thirds of its bytes through shared memory, and the two ends sent
@@ -19,11 +30,11 @@
 #          the middle of a stream leaves the bytes already in the two
 #          socket buffers in front of the peer's handshake, and those go on
 #          over TCP (0.2 to 2.3 MiB per direction seen here).
-#   usage: upgrade-default.sh short|long
+#   usage: upgrade-default.sh short|short-now-server|short-past-floor|long
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-mode=${1:?usage: upgrade-default.sh short|long}
+mode=${1:?usage: upgrade-default.sh short|short-now-server|short-past-floor|long}
 PROGS=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs
 for p in rr_check stream_check; do
   [[ -x $PROGS/$p ]] || fail "$p not built: expected it at $PROGS/$p (set R2SOCK_BUILD to the build dir)"
@@ -55,29 +66,48 @@ expect() { # WHO KEY OP VALUE
 
 port=$(free_port)
 case $mode in
-  short)
-    N=200 B=1000
-    start_server rr "$port" "$PROGS/rr_check" server --port "$port" --conns $N --bytes $B --timeout 60
-    run 90 "$PROGS/rr_check" client --port "$port" --conns $N --bytes $B --timeout 60 >"$TMP/client.out"
+  short | short-now-server | short-past-floor)
+    N=200 B=1000 server_env=(env) client_env=(env)
+    [[ $mode == short-past-floor ]] && B=33000
+    # Only where the shim may upgrade: the tcp variant checks the same bytes.
+    if [[ -n $shimmed && $mode == short-now-server ]]; then server_env+=(R2SOCK_UPGRADE=now); fi
+    if [[ -n $shimmed && $mode == short-past-floor ]]; then client_env+=(R2SOCK_UPGRADE=1G); fi
+    start_server rr "$port" "${server_env[@]}" "$PROGS/rr_check" server --port "$port" --conns $N --bytes $B \
+      --timeout 60
+    run 90 "${client_env[@]}" "$PROGS/rr_check" client --port "$port" --conns $N --bytes $B --timeout 60 \
+      >"$TMP/client.out"
     wait_server rr 30
     grep -q "rr_check client: OK conns=$N/$N verified=$((N * B))" "$TMP/client.out" ||
       fail "client did not verify all $N responses: $(cat "$TMP/client.out")"
     grep -q "rr_check server: OK conns=$N/$N verified=$((N * B))" "$TMP/rr.log" ||
       fail "server did not verify all $N requests: $(cat "$TMP/rr.log")"
     check_stats conns=$((2 * N)) bytes=$((2 * N * B)) procs=2
-    if [[ -n $shimmed ]]; then
+    if [[ -n $shimmed && $mode == short-now-server ]]; then
+      # The server switched at once, but the client, under the default,
+      # never offered a ring for it: its bytes went in DATA frames over TCP.
+      for who in server client; do
+        expect $who conn_seen == $N
+        expect $who bytes_tcp_tx == $((N * B))
+        expect $who bytes_shm_tx == 0
+      done
+      expect client closes_reaped == $N
+      expect server closes_reaped == 0
+    elif [[ -n $shimmed ]]; then
       for who in server client; do
         expect $who conn_seen == $N
         expect $who conn_tcp == $N
-        expect $who tcp_short == $N
+        [[ $mode == short ]] && expect $who tcp_short == $N
         expect $who conn_shm == 0
         expect $who bytes_tcp_tx == $((N * B))
         expect $who bytes_shm_tx == 0
       done
-      # The client closes first: its peer might still send frames, so each
-      # close is finished in the background. The server read the client's
-      # end of the stream before it closed: the kernel's close is enough.
-      expect client closes_reaped == $N
+      # The server read the client's end of the stream before it closed:
+      # the kernel's close is enough. The client closes first: only where
+      # the server's hello proves no switch mark can follow may it close
+      # without the reaper.
+      reaped=$N
+      [[ $mode == short ]] && reaped=0
+      expect client closes_reaped == "$reaped"
       expect server closes_reaped == 0
     fi
     ;;

@@ -175,6 +175,27 @@ static void test_u64_frames(void **state)
   assert_int_equal(r2s__frame_u64_encode(R2S_FRAME_FIN, 1, b, 15), -ENOSPC);
 }
 
+/* Every hello byte is told from the switch mark and the application's
+ * urgent bytes, and a sized one gives its power of two. */
+static void test_hello_bytes(void **state)
+{
+  (void)state;
+  assert_true(r2s__is_hello(R2S_HELLO_BYTE));
+  assert_int_equal(r2s__hello_floor(R2S_HELLO_BYTE), 0); /* may switch at once */
+  assert_true(r2s__is_hello(R2S_HELLO_SIZED | 16));
+  assert_int_equal(r2s__hello_floor(R2S_HELLO_SIZED | 16), 65536);
+  assert_int_equal(r2s__hello_floor(R2S_HELLO_SIZED), 1);
+  assert_int_equal(r2s__hello_floor(0xFF), 1ull << 63);
+  for (int b = 0; b < 0xC0; b++) {
+    assert_int_equal(r2s__is_hello(b), b == R2S_HELLO_BYTE);
+    assert_int_equal(r2s__hello_floor(b), 0);
+  }
+  /* What urgent_peek returns when there is no byte. */
+  assert_false(r2s__is_hello(-EAGAIN));
+  assert_false(r2s__is_hello(-EINVAL));
+  assert_int_equal(r2s__hello_floor(-EAGAIN), 0);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -185,6 +206,7 @@ int main(void)
       cmocka_unit_test(test_handshake_rejects_bad_values),
       cmocka_unit_test(test_handshake_skips_unknown_offer),
       cmocka_unit_test(test_u64_frames),
+      cmocka_unit_test(test_hello_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
