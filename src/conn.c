@@ -300,14 +300,18 @@ void r2s__conn_app_oob(r2s_conn_t *c, int fd)
 
 /* True if the connection's service port (the peer's for a client, ours for
  * a server) is in R2SOCK_SKIP_PORTS: its plain peers may read urgent data
- * inline, so it gets no hello. */
-static bool skipped_port(const r2s_conn_t *c, int fd)
+ * inline, so it gets no hello. known: c's addresses were just filled in
+ * (fill_addresses), so the port need not be asked for again. */
+static bool skipped_port(const r2s_conn_t *c, int fd, bool known)
 {
   if (r2s__opt.skip_ports.n == 0) return false;
   struct sockaddr_storage a;
   socklen_t len = sizeof a;
   bool server = __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER;
-  if ((server ? r2s__libc.getsockname : r2s__libc.getpeername)(fd, (struct sockaddr *)&a, &len) < 0) return false;
+  if (known)
+    a = server ? c->local : c->peer;
+  else if ((server ? r2s__libc.getsockname : r2s__libc.getpeername)(fd, (struct sockaddr *)&a, &len) < 0)
+    return false;
   unsigned port;
   if (a.ss_family == AF_INET)
     port = ntohs(((const struct sockaddr_in *)&a)->sin_port);
@@ -320,7 +324,7 @@ static bool skipped_port(const r2s_conn_t *c, int fd)
 
 /* The upgrade protocol for a freshly established connection, if the policy
  * and the application's use of urgent data allow one. old: its flags. */
-static void start_link(r2s_conn_t *c, int fd, uint32_t old)
+static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
 {
   if (old & R2S_CONN_OOBINLINE) {
     r2s_link_t *l = r2s__link_start_inline(fd);
@@ -328,7 +332,7 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old)
     c->reason = R2S_REASON_APP_OOB;
     return;
   }
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_port(c, fd)) {
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_port(c, fd, known)) {
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
   }
@@ -351,8 +355,9 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
   if (old & R2S_CONN_ESTABLISHED) return;
   r2s__conn_set_flag(c, R2S_CONN_CONNECTING, false);
   R2S_STAT_INC(conn_seen);
-  if (want_addresses()) fill_addresses(c, fd);
-  start_link(c, fd, old);
+  bool known = want_addresses();
+  if (known) fill_addresses(c, fd);
+  start_link(c, fd, old, known);
   r2s__statseg_open(c);
 }
 
