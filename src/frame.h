@@ -35,6 +35,11 @@ static inline int r2s__is_hello(int urg)
 {
   return urg == R2S_HELLO_BYTE || (urg >= R2S_HELLO_SIZED && urg <= 0xFF);
 }
+/* An urgent byte of the shim's own, not the application's. */
+static inline int r2s__is_shim_urgent(int urg)
+{
+  return r2s__is_hello(urg) || urg == R2S_SWITCH_BYTE;
+}
 /* The bytes a connection moves before the hello's sender may switch: 0 if
  * it may at once (or urg is no hello). */
 static inline uint64_t r2s__hello_floor(int urg)

@@ -213,6 +213,14 @@ static unsigned char hello_byte(void)
   return (unsigned char)(R2S_HELLO_SIZED | (63 - __builtin_clzll(after)));
 }
 
+/* The peer's urgent byte urg (>= 0) was seen: a hello is kept for
+ * r2s__link_close. Returns whether the byte is the shim's. */
+static bool note_urgent(r2s_link_t *l, int urg)
+{
+  if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
+  return r2s__is_shim_urgent(urg);
+}
+
 /* A link in the given states, counted as active; NULL without memory. */
 static r2s_link_t *link_new(int rx_state, int tx_state)
 {
@@ -852,8 +860,7 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
    * (ENOTCONN): whether they are frames can no longer be known, so none of
    * them may reach the application as data. */
   if (urg < 0 && urg != -EINVAL && urg != -EAGAIN) return urg == -ENOTCONN ? -ECONNRESET : urg;
-  if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
-  if (urg >= 0 && !r2s__is_hello(urg) && urg != R2S_SWITCH_BYTE) {
+  if (urg >= 0 && !note_urgent(l, urg)) {
     /* Urgent data that is not ours: the peer application uses it. */
     peer_is_plain(l, fd, R2S_REASON_APP_OOB);
     return RETRY;
@@ -1269,8 +1276,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     case R2S_TX_PROBE:
       if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         int urg = urgent_peek(fd);
-        if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
-        if (r2s__is_hello(urg) || urg == R2S_SWITCH_BYTE || urg == -EAGAIN)
+        if ((urg >= 0 && note_urgent(l, urg)) || urg == -EAGAIN)
           __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at = next_probe(l->tx_writes);
       }
@@ -1387,7 +1393,7 @@ int r2s__link_atmark(r2s_link_t *l, int fd)
   /* In PROBE/PREMARK a mark of ours (hello) is not the application's. */
   if (v && st != R2S_RX_PLAIN) {
     int urg = urgent_peek(fd);
-    if (r2s__is_hello(urg) || urg == R2S_SWITCH_BYTE) v = 0;
+    if (r2s__is_shim_urgent(urg)) v = 0;
   }
   return v; /* ring or frames first: the application is not at a mark */
 }
@@ -1733,8 +1739,8 @@ void r2s__link_close(r2s_link_t *l, int fd)
         continue;
       }
       char c;
-      if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
-      if (r2s__is_hello(urg) && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
+      /* Not a switch mark (above): a hello, if the shim's. */
+      if (urg >= 0 && note_urgent(l, urg) && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
         (void)k_recv(fd, NULL, 1, MSG_TRUNC); /* takes the lone hello */
       break;
     }

@@ -107,7 +107,7 @@ static bool urgent_is_shims(r2s_conn_t *c, int fd)
     return false;
   unsigned char b;
   if (r2s__libc.recv(fd, &b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT) != 1) return false;
-  if (!r2s__is_hello(b) && b != R2S_SWITCH_BYTE) return false;
+  if (!r2s__is_shim_urgent(b)) return false;
   r2s__link_pump(l, fd);
   return true;
 }
