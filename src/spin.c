@@ -92,8 +92,16 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
     won = false;
   } else if (waited_ns <= granted + granted / 8) {
     /* Answered while polling past SPIN_MAX_US (a probe, or a budget learnt
-     * so): worth it only if clearly sooner than waits that slept. */
-    won = slept > 0 && waited_ns < slept - slept / (won ? KEEP_MARGIN : WIN_MARGIN);
+     * so): worth it only if clearly sooner than waits that slept. A probe
+     * is judged by its own wait; once polling has won, by the moving mean
+     * of such waits: between emulated hosts single round trips jitter as
+     * widely as the waits that slept, and one of them as long as those
+     * sent the link back to sleeping, and to a few sleeps before the next
+     * probe won again (spin.h). */
+    int64_t polled = __atomic_load_n(&s->polled_ns, __ATOMIC_RELAXED);
+    polled = won && polled ? polled + (waited_ns - polled) / 4 : waited_ns;
+    __atomic_store_n(&s->polled_ns, (uint32_t)polled, __ATOMIC_RELAXED);
+    won = slept > 0 && polled < slept - slept / (won ? KEEP_MARGIN : WIN_MARGIN);
     next = won ? (waited_ns + waited_ns / 2 < cap ? waited_ns + waited_ns / 2 : cap) : 0;
   } else {
     /* Answered after a sleep: remember how long such waits last. */

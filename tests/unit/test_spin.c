@@ -192,9 +192,7 @@ static void test_two_sleeping_ends_find_polling_again(void **state)
 
 /* The pair of guests: one-way times that jitter widely (as measured
  * between two emulated hosts: mostly 100-500 us, a tenth 0.5-2.5 ms; mean
- * 419 us) and a wake-up of `wake`. Deterministic (xorshift). Returns the
- * share of exchanges, in per mille, in which an end slept; *mean_ns: the
- * mean round trip. */
+ * 419 us). Deterministic (xorshift). */
 static uint64_t rng = 88172645463325252ull;
 static int64_t jitter_one_way(void)
 {
@@ -204,7 +202,10 @@ static int64_t jitter_one_way(void)
   return (int64_t)(500 + (r - 900) * 20) * US;
 }
 
-static int jittery_sleeps_permille(int64_t wake, int n, int64_t *mean_ns)
+/* Two adaptive ends exchange `n` messages each way, one-way times drawn
+ * from `one_way`, a wake-up of `wake`. Returns the share of exchanges, in
+ * per mille, in which an end slept; *mean_ns: the mean round trip. */
+static int sleeps_permille(int64_t (*one_way)(void), int64_t wake, int n, int64_t *mean_ns)
 {
   end_t a = {0}, b = {0};
   int64_t now = 0;
@@ -213,13 +214,27 @@ static int jittery_sleeps_permille(int64_t wake, int n, int64_t *mean_ns)
   for (int i = 0; i < n; i++) {
     int sleeps = a.sleeps + b.sleeps;
     end_wait(&a, now);
-    now = end_receive(&b, now + jitter_one_way(), wake);
+    now = end_receive(&b, now + one_way(), wake);
     end_wait(&b, now);
-    now = end_receive(&a, now + jitter_one_way(), wake);
+    now = end_receive(&a, now + one_way(), wake);
     late += a.sleeps + b.sleeps > sleeps;
   }
   *mean_ns = now / n;
   return late * 1000 / n;
+}
+
+/* For wake-ups of 1 ms up to `wake_max`: at most `max_pm` per mille of
+ * 20000 exchanges slept, and the mean round trip is at most `max_mean`. */
+static void expect_polled_for(int64_t (*one_way)(void), int64_t wake_max, int max_pm, int64_t max_mean)
+{
+  for (int64_t wake = 1000 * US; wake <= wake_max; wake += 1000 * US) {
+    int64_t mean;
+    int pm = sleeps_permille(one_way, wake, 20000, &mean);
+    print_message("wake-up %lld us: %d per mille of exchanges slept, mean round trip %lld us\n",
+                  (long long)(wake / US), pm, (long long)(mean / US));
+    assert_true(pm <= max_pm);
+    assert_true(mean <= max_mean);
+  }
 }
 
 static void test_jittery_round_trips_are_polled_for(void **state)
@@ -231,14 +246,67 @@ static void test_jittery_round_trips_are_polled_for(void **state)
    * exchanges, a mean round trip of 1.5 to 3.7 ms against 0.84 ms for
    * pure polling). Once polling has won, every wait polls at least as long
    * as a wait that sleeps lasts. */
-  for (int64_t wake = 1000 * US; wake <= 4000 * US; wake += 1000 * US) {
-    int64_t mean;
-    int pm = jittery_sleeps_permille(wake, 20000, &mean);
-    print_message("wake-up %lld us: %d per mille of exchanges slept, mean round trip %lld us\n",
-                  (long long)(wake / US), pm, (long long)(mean / US));
-    assert_true(pm <= 50);
-    assert_true(mean <= 2 * 419 * US * 6 / 5);
+  expect_polled_for(jitter_one_way, 4000 * US, 50, 2 * 419 * US * 6 / 5);
+}
+
+/* The pair in a loaded phase, as traced on the guests: one-way times of
+ * 250-750 us for 70 % of the messages, 0.75-2 ms for 20 %, 2-5 ms for 10 %
+ * (mean 972 us), so that a round trip often lasts as long as the waits
+ * that slept. */
+static int64_t wide_one_way(void)
+{
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  uint64_t r = rng % 1000;
+  if (r < 700) return (int64_t)(250 + r * 500 / 700) * US;
+  if (r < 900) return (int64_t)(750 + (r - 700) * 1250 / 200) * US;
+  return (int64_t)(2000 + (r - 900) * 3000 / 100) * US;
+}
+
+static void test_wide_jitter_keeps_polling(void **state)
+{
+  (void)state;
+  /* Judged by its last wait alone, won polling ended on every round trip
+   * about as long as a sleep: 16 per mille of the exchanges slept with a
+   * wake-up of 1 ms. Judged by the mean of its waits, it keeps polling:
+   * the round trip stays within 5 % of pure polling's (2 x 972 us). */
+  expect_polled_for(wide_one_way, 3000 * US, 5, 2 * 972 * US * 21 / 20);
+}
+
+static void test_one_late_poll_keeps_won_polling(void **state)
+{
+  (void)state;
+  /* A peer that answers in 3 ms where a sleep costs 2 ms more: polling
+   * wins, and a wait polls at least as long as waits that slept (5 ms). */
+  end_t a = {0};
+  int64_t now = 0;
+  for (int i = 0; i < 200; i++) {
+    end_wait(&a, now);
+    now = end_receive(&a, now + 3000 * US, 2000 * US);
   }
+  assert_true(a.spin.won);
+  int64_t slept = a.spin.slept_ns;
+  /* One answer nearly as late as a sleep (the pair's round trips jitter
+   * so): it was polled for, and polling goes on. Judged alone, it saved
+   * less than a sixteenth of a sleep and ended polling. */
+  end_wait(&a, now);
+  assert_true(a.budget >= slept);
+  int sleeps = a.sleeps;
+  now = end_receive(&a, now + slept - slept / 32, 2000 * US);
+  assert_int_equal(a.sleeps, sleeps);
+  assert_true(a.spin.won);
+  end_wait(&a, now);
+  now = end_receive(&a, now + 3000 * US, 2000 * US);
+  assert_true(a.spin.won);
+  /* Answers that keep coming that late: polling saves nothing, it ends
+   * within a few waits. */
+  int n = 0;
+  while (a.spin.won && n < 20) {
+    end_wait(&a, now);
+    now = end_receive(&a, now + slept - slept / 32, 2000 * US);
+    n++;
+  }
+  assert_false(a.spin.won);
+  assert_true(n >= 2);
 }
 
 /* A quick ping-pong (one-way 15 us, a wake-up of 1 ms) where every 50th
@@ -370,6 +438,8 @@ int main(void)
       cmocka_unit_test_setup(test_jittery_round_trips_are_polled_for, setup),
       cmocka_unit_test_setup(test_won_polling_ends_when_the_peer_idles, setup),
       cmocka_unit_test_setup(test_late_answers_of_a_quick_peer_are_polled_for, setup),
+      cmocka_unit_test_setup(test_wide_jitter_keeps_polling, setup),
+      cmocka_unit_test_setup(test_one_late_poll_keeps_won_polling, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
