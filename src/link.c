@@ -1619,8 +1619,15 @@ bool r2s__link_peer_shares_cpu(r2s_link_t *l)
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
 {
   if (!(events & POLLIN) || !rx_spin_adapts(l)) return;
-  if (answered && TP(l)->avail(TPS(l)) >= (ssize_t)SPIN_STREAM_BYTES) waited_ns = INT64_MAX;
-  r2s__spin_learn(&l->rx_spin, waited_ns, answered);
+  bool stream = answered && TP(l)->avail(TPS(l)) >= (ssize_t)SPIN_STREAM_BYTES;
+  r2s__spin_learn_stream(&l->rx_spin, waited_ns, answered, stream);
+  r2s__spin_learn(&l->rx_spin, stream ? INT64_MAX : waited_ns, answered);
+}
+
+int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns)
+{
+  if (!(events & POLLIN) || !rx_spin_adapts(l)) return 0;
+  return r2s__spin_nap(&l->rx_spin, waited_ns);
 }
 
 short r2s__link_arm(r2s_link_t *l, int fd, short events)

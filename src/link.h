@@ -198,6 +198,12 @@ bool r2s__link_may_read_ahead(r2s_link_t *l);
  * POLLOUT); otherwise the kernel's POLLOUT on the socket stands. */
 bool r2s__link_tx_in_ring(r2s_link_t *l);
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
+/* How long a wait for `events` that has lasted waited_ns should nap (sleep
+ * in the kernel without asking the peer for a doorbell) before it looks
+ * at the ring again: a reader of a stream only (spin.h), and its wait for
+ * room too if it waits for both (an epoll entry for EPOLLIN|EPOLLOUT);
+ * 0: arm and sleep. */
+int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a
  * doorbell, then re-check. Returns the events ready right now (0: sleep).

@@ -30,6 +30,15 @@ static int64_t now_ms(void)
   return r2s__now_ns() / 1000000;
 }
 
+/* A nap (spin.h): the kernel's fds, for at most ns, with no doorbell asked
+ * for. */
+static int kernel_nap(struct pollfd *fds, nfds_t n, int64_t ns, const sigset_t *mask)
+{
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  int rc = r2s__libc.ppoll(fds, n, &ts, mask);
+  return rc < 0 ? -errno : rc;
+}
+
 /* Milliseconds to sleep in the next slice; deadline < 0: forever. */
 static int slice(int64_t deadline)
 {
@@ -176,6 +185,24 @@ static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
   return r2s__spin_until(poll_rings_ready, &look, budget, yield_now);
 }
 
+/* How long a wait over the set that has lasted waited_ns may nap: the
+ * shortest nap of its streams' readers (spin.h); 0 if none would. The
+ * other links are not asked for doorbells meanwhile: an idle one (the
+ * control connection next to iperf3's stream) would cost its peer a
+ * wake-up per nap, the very cost napping saves. Their bytes are seen when
+ * the nap ends, at most half a stream's mean wait late, and only while a
+ * stream flows. */
+static int64_t set_nap(r2s_conn_t **cs, const short *orig, const short *own, nfds_t n, int64_t waited_ns)
+{
+  int64_t nap = 0;
+  for (nfds_t i = 0; i < n; i++) {
+    if (!cs[i] || !(own[i] & orig[i])) continue;
+    int64_t v = r2s__link_nap_ns(cs[i]->link, orig[i], waited_ns);
+    if (v > 0 && (!nap || v < nap)) nap = v;
+  }
+  return nap;
+}
+
 /* What a wait that began at `began` (0: none) taught the links of the set:
  * those ready now answered; a wait that timed out (answered false) says
  * all of them were slow. */
@@ -253,6 +280,18 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
      * a doorbell and a sleep. */
     if (!began) began = r2s__now_ns();
     if (spin_rings(cs, orig, n)) continue;
+    /* A stream's reader naps before it asks for doorbells (spin.h). */
+    int64_t nap = set_nap(cs, orig, own, n, r2s__now_ns() - began);
+    if (nap > 0 && (deadline < 0 || nap < (int64_t)ms * 1000000)) {
+      for (nfds_t i = 0; i < n; i++)
+        if (cs[i]) fds[i].events = kernel_events_for(cs[i], orig[i], own[i]);
+      R2S_STAT_INC(waits_nap);
+      rc = kernel_nap(fds, n, nap, mask);
+      if (rc < 0) break;
+      for (nfds_t i = 0; i < n; i++)
+        if (cs[i] && rc > 0 && fds[i].revents) r2s__link_pump_due(cs[i]->link);
+      continue;
+    }
     /* Still nothing: ask the peers for doorbells, re-check, sleep. */
     bool ready = false;
     for (nfds_t i = 0; i < n && !ready; i++)
@@ -531,6 +570,39 @@ static int kernel_epoll(int epfd, struct epoll_event *ev, int max, int ms, const
   return rc < 0 ? -errno : rc;
 }
 
+/* A nap (spin.h) on the kernel's epoll set, for at most ns: to the
+ * nanosecond where the C library has epoll_pwait2, else in whole ms. */
+static int kernel_epoll_nap(int epfd, struct epoll_event *ev, int max, int64_t ns, const sigset_t *mask)
+{
+  if (r2s__libc.epoll_pwait2) {
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    int rc = r2s__libc.epoll_pwait2(epfd, ev, max, &ts, mask);
+    if (rc >= 0 || errno != ENOSYS) return rc < 0 ? -errno : rc;
+  }
+  return kernel_epoll(epfd, ev, max, (int)((ns + 999999) / 1000000), mask);
+}
+
+/* The shortest nap of the stream readers registered in r (set_nap says
+ * why the others are not asked for doorbells meanwhile); 0: none. */
+static int64_t reg_nap(ep_reg_t *r, int64_t waited_ns)
+{
+  int64_t nap = 0;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n; i++) {
+    ep_entry_t *e = &r->v[i];
+    if (e->fired) continue;
+    r2s_conn_t *c = carried(e->fd);
+    if (!c) continue;
+    if (c == e->conn) {
+      int64_t v = r2s__link_nap_ns(c->link, (short)(e->events & (EPOLLIN | EPOLLOUT)), waited_ns);
+      if (v > 0 && (!nap || v < nap)) nap = v;
+    }
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return nap;
+}
+
 typedef struct ep_look_s {
   ep_reg_t *r;
   int64_t budget; /* the longest of the carried entries' budgets */
@@ -611,6 +683,16 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
        * polling; the budget bounds what that delays them. */
       began = r2s__now_ns();
       if (spin_entries(r)) continue;
+    }
+    /* A stream's reader naps before it asks for doorbells (spin.h). */
+    int64_t nap = ms ? reg_nap(r, r2s__now_ns() - began) : 0;
+    if (nap > 0 && (deadline < 0 || nap < (int64_t)ms * 1000000)) {
+      R2S_STAT_INC(waits_nap);
+      int n = kernel_epoll_nap(epfd, ev, max, nap, mask);
+      if (n < 0) return n;
+      n = filter(r, ev, 0, ev, n, began);
+      if (n > 0) return n;
+      continue;
     }
     k = collect(r, ev, max, true, began); /* arms, and catches what raced in */
     if (k < 0) return k;

@@ -16,6 +16,9 @@
 #define POLL_OVER_SLEEP_MAX 16
 #define WIN_MARGIN 4
 #define KEEP_MARGIN 16
+/* A nap shorter than this is not worth its system call and timer: a
+ * stream whose mean wait is under four of them does not nap. */
+#define NAP_MIN_NS 10000
 
 /* The longest poll an adaptive link may learn: past SPIN_MAX_US only when
  * polling was seen to beat sleeping (spin.h). */
@@ -120,6 +123,36 @@ void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered)
   __atomic_store_n(&s->won, won, __ATOMIC_RELAXED);
   __atomic_store_n(&s->last_slept, woken, __ATOMIC_RELAXED);
   __atomic_store_n(&s->budget_ns, (uint32_t)next, __ATOMIC_RELAXED);
+}
+
+void r2s__spin_learn_stream(r2s_spin_t *s, int64_t waited_ns, bool answered, bool stream)
+{
+  int64_t mean = __atomic_load_n(&s->stream_ns, __ATOMIC_RELAXED);
+  int64_t cap = SLEEP_SLACK * (int64_t)r2s__opt.spin_max_us * 1000;
+  if (!answered) {
+    /* Not yet: only a wait past a reader's naps says the writer stopped. */
+    if (waited_ns > 2 * mean) __atomic_store_n(&s->streaming, false, __ATOMIC_RELAXED);
+    return;
+  }
+  if (!stream || waited_ns > cap) {
+    __atomic_store_n(&s->streaming, false, __ATOMIC_RELAXED);
+    return;
+  }
+  mean = mean ? mean + (waited_ns - mean) / 4 : waited_ns;
+  __atomic_store_n(&s->stream_ns, (uint32_t)mean, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->streaming, true, __ATOMIC_RELAXED);
+}
+
+int64_t r2s__spin_nap(r2s_spin_t *s, int64_t waited_ns)
+{
+  if (!__atomic_load_n(&s->streaming, __ATOMIC_RELAXED)) return 0;
+  int64_t mean = __atomic_load_n(&s->stream_ns, __ATOMIC_RELAXED), quarter = mean / 4;
+  if (quarter < NAP_MIN_NS || waited_ns >= 2 * mean) return 0;
+  /* The next of mean/2, 3/4 mean, mean, ... 2 mean after the wait began. */
+  int64_t end = 2 * quarter;
+  if (waited_ns >= end) end += ((waited_ns - end) / quarter + 1) * quarter;
+  if (end > 2 * mean) end = 2 * mean;
+  return end - waited_ns < NAP_MIN_NS ? NAP_MIN_NS : end - waited_ns;
 }
 
 bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now)

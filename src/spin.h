@@ -63,6 +63,21 @@
  *    A wait whose peer last ran on this very CPU yields from its first look:
  *    polling there only delays the peer it waits for, and a yield hands it
  *    the CPU without a doorbell or a sleep.
+ *  - A reader of a stream (its waits end with a stream's worth in the ring)
+ *    naps before it sleeps: it sleeps in the kernel for a while without
+ *    announcing it, looks at the ring, and only once its waits as a reader
+ *    lasted twice their mean does it ask for a doorbell. Its writer is busy
+ *    and the bytes come in chunks: an announced sleep cost that writer a
+ *    wake-up of its progress thread and a doorbell per chunk (in one guest
+ *    an eighth of the writer's CPU, the writer being what limits the
+ *    stream), a nap costs the reader alone. Naps end at half the mean wait
+ *    and then every quarter of it, so a wait learnt from where its bytes
+ *    were found can shrink as well as grow: the mean settles between the
+ *    writer's gaps and 4/3 of them, instead of creeping up by each nap's
+ *    oversleep. Bytes that come during a nap are seen up to half a mean
+ *    wait late, and a stream's mean is at most SLEEP_SLACK times
+ *    SPIN_MAX_US (longer gaps are not napped through), so the ring, which
+ *    holds many gaps' worth, does not fill meanwhile.
  *  - The budget is a hint shared by the link's threads: relaxed atomics,
  *    no lock; a lost update only costs one wait's precision.
  */
@@ -79,6 +94,8 @@ typedef struct r2s_spin_s {
   uint32_t granted_ns;          /* the budget last handed out */
   uint32_t slept_ns;            /* how long answered waits that slept last (a moving mean) */
   uint32_t polled_ns;           /* how long answered polls past SPIN_MAX_US last, once won (a moving mean) */
+  uint32_t stream_ns;           /* how long waits answered by a stream's worth last (a moving mean) */
+  bool streaming;               /* the last answered wait was a stream's: the next one may nap */
   bool last_slept;              /* the last answered wait slept past SPIN_MAX_US */
   bool won;                     /* polling was seen to beat sleeping, not undone since */
 } r2s_spin_t;
@@ -91,6 +108,15 @@ int64_t r2s__spin_budget(r2s_spin_t *s, bool adaptive, bool may_probe);
 /* A wait of this link ended `waited_ns` after it began (the ring served
  * it), or lasted that long without an answer (answered: false). */
 void r2s__spin_learn(r2s_spin_t *s, int64_t waited_ns, bool answered);
+
+/* What a wait of this link for the peer's bytes (adaptive links) says of
+ * a stream: answered with a stream's worth in the ring (stream), answered
+ * with less, or not answered after waited_ns. */
+void r2s__spin_learn_stream(r2s_spin_t *s, int64_t waited_ns, bool answered, bool stream);
+
+/* How long a reader whose wait has lasted waited_ns should nap now before
+ * it looks at the ring again; 0: arm and sleep (spin.h). */
+int64_t r2s__spin_nap(r2s_spin_t *s, int64_t waited_ns);
 
 /* Polls ready(arg) until it returns true (then true) or budget_ns pass
  * (then false). yield_now: yield the CPU between all looks, not only past

@@ -81,6 +81,23 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
     *began = 0;
     return 0;
   }
+  /* A stream's reader naps first: the writer is busy, and asking it for a
+   * doorbell would cost it more than the nap costs us (spin.h). Doorbells
+   * and the end of the stream still wake the nap. */
+  int64_t nap = r2s__link_nap_ns(l, events, r2s__now_ns() - *began);
+  if (nap > 0 && (!deadline || r2s__now_ns() + nap < deadline)) {
+    struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+    struct timespec ts = {(time_t)(nap / 1000000000), (long)(nap % 1000000000)};
+    R2S_STAT_INC(waits_nap);
+    int rc = r2s__libc.ppoll(&p, 1, &ts, NULL);
+    if (rc < 0 && errno == EINTR) return -EINTR;
+    if (rc > 0) r2s__link_pump_due(l);
+    if (r2s__link_poll_ring(l, events) & events) {
+      r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
+      *began = 0;
+    }
+    return 0;
+  }
   uint32_t bells = __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED);
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {

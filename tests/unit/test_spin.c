@@ -1,8 +1,9 @@
 /* Spin budgets (spin.h): a fixed link polls SPIN_US; an adaptive one polls
  * 1.5 times its last quick wait, falls back after a long one, probes at
  * doubling gaps, polls past SPIN_MAX_US only where that beats sleeping
- * (modelled ping-pongs), and the polling loop ends on readiness or at its
- * budget. */
+ * (modelled ping-pongs); a stream's reader naps on a schedule that follows
+ * its writer's gaps (a modelled stream); and the polling loop ends on
+ * readiness or at its budget. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -194,10 +195,15 @@ static void test_two_sleeping_ends_find_polling_again(void **state)
  * between two emulated hosts: mostly 100-500 us, a tenth 0.5-2.5 ms; mean
  * 419 us). Deterministic (xorshift). */
 static uint64_t rng = 88172645463325252ull;
-static int64_t jitter_one_way(void)
+static uint64_t xorshift(void)
 {
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  uint64_t r = rng % 1000;
+  return rng;
+}
+
+static int64_t jitter_one_way(void)
+{
+  uint64_t r = xorshift() % 1000;
   if (r < 900) return (int64_t)(100 + r * 400 / 900) * US;
   return (int64_t)(500 + (r - 900) * 20) * US;
 }
@@ -255,8 +261,7 @@ static void test_jittery_round_trips_are_polled_for(void **state)
  * that slept. */
 static int64_t wide_one_way(void)
 {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  uint64_t r = rng % 1000;
+  uint64_t r = xorshift() % 1000;
   if (r < 700) return (int64_t)(250 + r * 500 / 700) * US;
   if (r < 900) return (int64_t)(750 + (r - 700) * 1250 / 200) * US;
   return (int64_t)(2000 + (r - 900) * 3000 / 100) * US;
@@ -396,6 +401,87 @@ static void test_won_polling_ends_when_the_peer_idles(void **state)
   assert_true(a.polled_ns / n < 20 * US + 16 * 1000 * US / 32);
 }
 
+/* A stream's reader naps at half its mean wait, then every quarter of it,
+ * until twice the mean has passed (spin.h). */
+static void test_stream_reader_naps_on_a_schedule(void **state)
+{
+  (void)state;
+  r2s_spin_t s = {0};
+  assert_int_equal(r2s__spin_nap(&s, 20 * US), 0); /* no stream seen yet */
+  r2s__spin_learn_stream(&s, 1000 * US, true, true);
+  assert_int_equal(r2s__spin_nap(&s, 20 * US), 480 * US);
+  assert_int_equal(r2s__spin_nap(&s, 500 * US), 250 * US);
+  assert_int_equal(r2s__spin_nap(&s, 760 * US), 240 * US);
+  assert_int_equal(r2s__spin_nap(&s, 1900 * US), 100 * US);
+  assert_int_equal(r2s__spin_nap(&s, 1995 * US), 10 * US); /* never shorter than a system call is worth */
+  assert_int_equal(r2s__spin_nap(&s, 2000 * US), 0);       /* then it asks for a doorbell */
+  /* the mean moves by a quarter of each stream wait's difference */
+  r2s__spin_learn_stream(&s, 1400 * US, true, true);
+  assert_int_equal(s.stream_ns, 1100 * US);
+  assert_int_equal(r2s__spin_nap(&s, 20 * US), 530 * US);
+}
+
+static void test_napping_ends_with_the_stream(void **state)
+{
+  (void)state;
+  r2s_spin_t s = {0};
+  r2s__spin_learn_stream(&s, 1000 * US, true, true);
+  /* an answer short of a stream's worth (a reply) ends it */
+  r2s__spin_learn_stream(&s, 300 * US, true, false);
+  assert_int_equal(r2s__spin_nap(&s, 20 * US), 0);
+  /* a wait with no answer yet says nothing within the naps, ends it past them */
+  r2s__spin_learn_stream(&s, 1000 * US, true, true);
+  r2s__spin_learn_stream(&s, 1500 * US, false, false);
+  assert_true(r2s__spin_nap(&s, 20 * US) > 0);
+  r2s__spin_learn_stream(&s, 2500 * US, false, false);
+  assert_int_equal(r2s__spin_nap(&s, 20 * US), 0);
+  /* gaps past SLEEP_SLACK times SPIN_MAX_US are not napped through */
+  r2s__spin_learn_stream(&s, 1000 * US, true, true);
+  r2s__spin_learn_stream(&s, 4001 * US, true, true);
+  assert_int_equal(r2s__spin_nap(&s, 20 * US), 0);
+  /* nor are means too short for a quarter to be worth a nap */
+  r2s_spin_t q = {0};
+  r2s__spin_learn_stream(&q, 39 * US, true, true);
+  assert_int_equal(r2s__spin_nap(&q, 20 * US), 0);
+}
+
+/* A stream's reader whose writer's bytes come `gap` after each wait
+ * begins (plus up to `jitter`), after SPIN_US of polling: it naps on the
+ * schedule, each nap ending `slop` late, or sleeps once the naps are
+ * over, woken `wake` after the bytes came. Returns its sleeps. */
+static int stream_sleeps(r2s_spin_t *s, int64_t gap, int64_t jitter, int64_t slop, int64_t wake, int n)
+{
+  int sleeps = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t at = gap + (jitter ? (int64_t)(xorshift() % (uint64_t)jitter) : 0), t = 20 * US, nap;
+    while (t < at && (nap = r2s__spin_nap(s, t)) > 0) t += nap + slop;
+    if (t < at) t = at + wake, sleeps++;
+    r2s__spin_learn_stream(s, t, true, true);
+  }
+  return sleeps;
+}
+
+/* The mean follows the writer's gaps both ways and settles between them
+ * and 4/3 of them (plus the naps' oversleep), so the reader neither sleeps
+ * nor comes ever later: a mean learnt from nap ends that could only grow
+ * would creep up by each nap's oversleep. */
+static void test_stream_naps_follow_the_gaps(void **state)
+{
+  (void)state;
+  r2s_spin_t s = {0};
+  const int64_t slop = 60 * US, wake = 1500 * US;
+  int64_t gaps[] = {1000 * US, 400 * US, 2000 * US, 1000 * US};
+  for (int g = 0; g < 4; g++) {
+    (void)stream_sleeps(&s, gaps[g], 0, slop, wake, 100);
+    assert_int_equal(stream_sleeps(&s, gaps[g], 0, slop, wake, 200), 0);
+    assert_true(s.stream_ns >= gaps[g]);
+    assert_true(s.stream_ns <= gaps[g] + gaps[g] / 3 + 2 * slop);
+  }
+  /* gaps that jitter by half: a sleep now and then at most */
+  assert_true(stream_sleeps(&s, 800 * US, 400 * US, slop, wake, 1000) <= 10);
+  assert_true(s.stream_ns <= 1200 * US + 1200 * US / 3 + 2 * slop);
+}
+
 static int countdown;
 static bool ready_after_count(void *arg)
 {
@@ -440,6 +526,9 @@ int main(void)
       cmocka_unit_test_setup(test_late_answers_of_a_quick_peer_are_polled_for, setup),
       cmocka_unit_test_setup(test_wide_jitter_keeps_polling, setup),
       cmocka_unit_test_setup(test_one_late_poll_keeps_won_polling, setup),
+      cmocka_unit_test_setup(test_stream_reader_naps_on_a_schedule, setup),
+      cmocka_unit_test_setup(test_napping_ends_with_the_stream, setup),
+      cmocka_unit_test_setup(test_stream_naps_follow_the_gaps, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
