@@ -1543,6 +1543,33 @@ short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
   return link_poll(l, fd, events, owned, false);
 }
 
+bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen)
+{
+  bool ok = false;
+  if (FAILED(l) || __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return false;
+  if (bit == POLLOUT) {
+    if (!r2s__link_tx_in_ring(l) || pthread_mutex_trylock(&l->tx_lock) != 0) return false;
+    ssize_t sp = l->tx_state == R2S_TX_RING ? TP(l)->space(TPS(l)) : -1;
+    if (sp >= 0) *gen = TP(l)->produced(TPS(l)) + (uint64_t)sp, ok = true;
+    pthread_mutex_unlock(&l->tx_lock);
+    return ok;
+  }
+  if (bit != POLLIN || r2s__readahead_len(&l->rx_ahead) || pthread_mutex_trylock(&l->rx_lock) != 0)
+    return false;
+  size_t one = 1;
+  if (l->rx_state == R2S_RX_RING && !l->rx_shut && !l->rx_eof && !ring_ends_here(l, &one)) {
+    ssize_t av = TP(l)->avail(TPS(l));
+    if (av >= 0) {
+      /* The end of the stream is a change too: it must not pass for the
+       * bytes already reported. */
+      *gen = (TP(l)->consumed(TPS(l)) + (uint64_t)av) * 2 + (TP(l)->peer_tx_closed(TPS(l)) ? 1 : 0);
+      ok = true;
+    }
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+  return ok;
+}
+
 /* Our ring to the peer is full. A live peer frees room; a dead one never
  * will, and shared memory cannot tell the two apart. TCP can: once the
  * peer's end of stream has come, a frame we send to a closed socket is

@@ -205,6 +205,14 @@ void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool a
  * 0: arm and sleep. */
 int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns);
 
+/* For EPOLLET (readiness.c): a count that moves whenever the ring's side
+ * of `bit` (POLLIN: bytes arrived, or the end of the stream; POLLOUT: room
+ * freed by the peer) changes, so that a bit still ready but unchanged since
+ * it was last reported is no new edge. False when the link cannot tell
+ * now (not in its ring, another thread holds the direction, the end or an
+ * error reached): the bit is then reported level-triggered. */
+bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen);
+
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a
  * doorbell, then re-check. Returns the events ready right now (0: sleep).
  * r2s__link_unarm() after waking. */

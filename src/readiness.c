@@ -368,6 +368,8 @@ typedef struct ep_entry_s {
   r2s_conn_t *conn; /* identity check: the fd number may have been reused */
   bool fired;       /* EPOLLONESHOT reported, until the next MOD */
   unsigned round;   /* the epoll_wait call that last reported it */
+  uint8_t et_have;  /* EPOLLET: which of et_gen hold a reported state (bit 0 IN, 1 OUT) */
+  uint64_t et_gen[2]; /* EPOLLET: r2s__link_edge_gen when EPOLLIN, EPOLLOUT were last reported */
 } ep_entry_t;
 
 typedef struct ep_reg_s {
@@ -450,11 +452,39 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
         else
           i = r->n; /* out of memory: the kernel's answer stands for it */
       }
-      if (i < r->n) r->v[i] = (ep_entry_t){fd, ev->events, ev->data.u64, c, false, 0};
+      if (i < r->n) r->v[i] = (ep_entry_t){.fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c};
     }
     pthread_mutex_unlock(&r->lock);
   }
   if (c) r2s__conn_put(c);
+}
+
+/* EPOLLET (readiness.h): of the bits the link owns and reports ready, one
+ * is reported again only once its side of the ring moved since this entry
+ * last reported it (new bytes or the end of the stream; room the peer
+ * freed), as the kernel reports a socket's edges. Level-triggered, an idle
+ * connection with room in its ring made every epoll_wait of an
+ * EPOLLIN|EPOLLOUT|EPOLLET registration (nginx's) return at once: a
+ * thread at full CPU. Where the link cannot tell, the bit stays
+ * level-triggered: an extra event is harmless, a lost one is not. r->lock
+ * held. */
+static uint32_t edges_only(ep_entry_t *e, r2s_link_t *l, uint32_t got, short owned)
+{
+  static const short bits[2] = {POLLIN, POLLOUT};
+  if (!(e->events & EPOLLET) || (got & EPOLLERR)) return got;
+  for (int i = 0; i < 2; i++) {
+    uint64_t gen;
+    if (!(got & (uint32_t)bits[i]) || !(owned & bits[i])) continue;
+    if (!r2s__link_edge_gen(l, bits[i], &gen)) {
+      e->et_have &= (uint8_t) ~(1u << i);
+    } else if ((e->et_have & (1u << i)) && gen == e->et_gen[i]) {
+      got &= ~(uint32_t)bits[i];
+    } else {
+      e->et_gen[i] = gen;
+      e->et_have |= (uint8_t)(1u << i);
+    }
+  }
+  return got;
 }
 
 /* Readiness of the carried connections registered in r, up to max events;
@@ -475,7 +505,8 @@ static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm, int6
       short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
       short rev = arm ? r2s__link_arm(c->link, e->fd, want) : r2s__link_poll(c->link, e->fd, want, &owned);
       if (!arm) rev &= (short)(owned | POLLERR);
-      uint32_t got = (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP);
+      if (arm) owned = rev; /* r2s__link_arm answers for owned bits only */
+      uint32_t got = edges_only(e, c->link, (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP), owned);
       if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
         if (began)
           r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
@@ -543,7 +574,8 @@ static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll
           short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
           r2s__link_pump_due(c->link); /* the kernel saw bytes: frames to read */
           short rev = r2s__link_poll(c->link, e->fd, want, &owned);
-          events = (events & ~(uint32_t)owned) | ((uint32_t)(rev & owned) & e->events);
+          events = (events & ~(uint32_t)owned) |
+                   edges_only(e, c->link, (uint32_t)(rev & owned) & e->events, owned);
           if (!(owned & POLLIN)) events = (uint32_t)(uint16_t)kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
           if ((events & EPOLLPRI) && urgent_is_shims(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
           if (events) e->round = r->round;
@@ -701,9 +733,11 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
       int more = kernel_epoll(epfd, ev + k, max - k, 0, mask);
       return more < 0 ? k : k + filter(r, ev, k, ev + k, more, began);
     }
+    R2S_STAT_INC(waits_sleep);
     int n = kernel_epoll(epfd, ev, max, ms, mask);
     unarm_all(r);
     if (n < 0) return n;
+    if (n == 0 && ms == SLICE_MS) R2S_STAT_INC(waits_slice_expired);
     n = filter(r, ev, 0, ev, n, began);
     if (n > 0) return n;
     /* Only doorbells (or nothing): look at the links again, unless the

@@ -13,10 +13,15 @@
  *    lost wake-up costs latency, never a hang.
  *  - epoll: the shim keeps, per epoll fd, the registrations of tracked TCP
  *    sockets (fd, events, data) as the application made them, and reports
- *    a carried connection's readiness with the application's data. A
- *    carried connection is reported level-triggered even under EPOLLET
- *    (an extra event is harmless to an edge-triggered reader, a lost one
- *    is not); EPOLLONESHOT is honoured until the next EPOLL_CTL_MOD.
+ *    a carried connection's readiness with the application's data. Under
+ *    EPOLLET, a bit the connection's ring answers is reported again only
+ *    once that side of the ring moved (bytes or the end arrived, the peer
+ *    freed room), as the kernel reports a socket's edges; where the link
+ *    cannot tell (frames, another thread in the same direction, an error)
+ *    it is reported level-triggered: an extra event is harmless to an
+ *    edge-triggered reader, a lost one is not. EPOLLONESHOT is honoured
+ *    until the next EPOLL_CTL_MOD, which also makes the next report an
+ *    edge.
  *  - All functions return a count or -errno and preserve the caller's
  *    pollfd/event arrays' meaning exactly as the kernel defines it.
  */
