@@ -140,6 +140,17 @@ static int64_t end_receive(end_t *e, int64_t arrival, int64_t wake)
   return got;
 }
 
+/* `n` waits of the end, each answered `after` ns after it began (a peer
+ * that never sleeps); returns the time after the last. */
+static int64_t answer_after(end_t *e, int64_t now, int64_t after, int64_t wake, int n)
+{
+  for (int i = 0; i < n; i++) {
+    end_wait(e, now);
+    now = end_receive(e, now + after, wake);
+  }
+  return now;
+}
+
 /* Where a slow phase of the host leaves an end: its last wait slept and
  * lasted 10 ms, and `waits` more passed at SPIN_US (so that the two ends'
  * probes fall out of step). */
@@ -283,11 +294,7 @@ static void test_one_late_poll_keeps_won_polling(void **state)
   /* A peer that answers in 3 ms where a sleep costs 2 ms more: polling
    * wins, and a wait polls at least as long as waits that slept (5 ms). */
   end_t a = {0};
-  int64_t now = 0;
-  for (int i = 0; i < 200; i++) {
-    end_wait(&a, now);
-    now = end_receive(&a, now + 3000 * US, 2000 * US);
-  }
+  int64_t now = answer_after(&a, 0, 3000 * US, 2000 * US, 200);
   assert_true(a.spin.won);
   int64_t slept = a.spin.slept_ns;
   /* One answer nearly as late as a sleep (the pair's round trips jitter
@@ -351,11 +358,7 @@ static void test_late_answers_of_a_quick_peer_are_polled_for(void **state)
 static int64_t polled_per_wait(int64_t one_way, int64_t wake, int64_t think, int n)
 {
   end_t a = {0};
-  int64_t now = 0;
-  for (int i = 0; i < n; i++) {
-    end_wait(&a, now);
-    now = end_receive(&a, now + 2 * one_way + think, wake);
-  }
+  (void)answer_after(&a, 0, 2 * one_way + think, wake, n);
   return a.polled_ns / n;
 }
 
@@ -393,10 +396,7 @@ static void test_won_polling_ends_when_the_peer_idles(void **state)
    * SPIN_US a wait and a probe now and then, as for any idle peer. */
   a.polled_ns = 0;
   int n = 500;
-  for (int i = 0; i < n; i++) {
-    end_wait(&a, now);
-    now = end_receive(&a, now + 1000000 * US, 2000 * US);
-  }
+  (void)answer_after(&a, now, 1000000 * US, 2000 * US, n);
   assert_false(a.spin.won);
   assert_true(a.polled_ns / n < 20 * US + 16 * 1000 * US / 32);
 }
