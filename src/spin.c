@@ -16,9 +16,10 @@
 #define POLL_OVER_SLEEP_MAX 16
 #define WIN_MARGIN 4
 #define KEEP_MARGIN 16
-/* A nap shorter than this is not worth its system call and timer: a
- * stream whose mean wait is under four of them does not nap. */
-#define NAP_MIN_NS 10000
+/* The kernel's default timer slack: a nap shorter than this oversleeps by
+ * more than it lasts, so a stream whose mean wait is under four of them
+ * (on hardware, most) does not nap but is woken by a doorbell. */
+#define NAP_MIN_NS 50000
 
 /* The longest poll an adaptive link may learn: past SPIN_MAX_US only when
  * polling was seen to beat sleeping (spin.h). */

@@ -77,7 +77,9 @@
  *    oversleep. Bytes that come during a nap are seen up to half a mean
  *    wait late, and a stream's mean is at most SLEEP_SLACK times
  *    SPIN_MAX_US (longer gaps are not napped through), so the ring, which
- *    holds many gaps' worth, does not fill meanwhile.
+ *    holds many gaps' worth, does not fill meanwhile. A stream whose
+ *    quarter mean wait is under the kernel's timer slack (50 us) does not
+ *    nap: such a nap would oversleep by more than it lasts (hardware).
  *  - The budget is a hint shared by the link's threads: relaxed atomics,
  *    no lock; a lost update only costs one wait's precision.
  */
