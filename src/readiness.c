@@ -34,7 +34,7 @@ static int64_t now_ms(void)
  * for. */
 static int kernel_nap(struct pollfd *fds, nfds_t n, int64_t ns, const sigset_t *mask)
 {
-  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  struct timespec ts = r2s__timespec(ns);
   int rc = r2s__libc.ppoll(fds, n, &ts, mask);
   return rc < 0 ? -errno : rc;
 }
@@ -51,7 +51,7 @@ static int kernel_poll(struct pollfd *fds, nfds_t n, int ms, const sigset_t *mas
 {
   int rc;
   if (mask) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    struct timespec ts = r2s__timespec((int64_t)ms * 1000000);
     rc = r2s__libc.ppoll(fds, n, ms < 0 ? NULL : &ts, mask);
   } else {
     rc = r2s__libc.poll(fds, n, ms);
@@ -607,7 +607,7 @@ static int kernel_epoll(int epfd, struct epoll_event *ev, int max, int ms, const
 static int kernel_epoll_nap(int epfd, struct epoll_event *ev, int max, int64_t ns, const sigset_t *mask)
 {
   if (r2s__libc.epoll_pwait2) {
-    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    struct timespec ts = r2s__timespec(ns);
     int rc = r2s__libc.epoll_pwait2(epfd, ev, max, &ts, mask);
     if (rc >= 0 || errno != ENOSYS) return rc < 0 ? -errno : rc;
   }

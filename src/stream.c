@@ -84,10 +84,10 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   /* A stream's reader naps first: the writer is busy, and asking it for a
    * doorbell would cost it more than the nap costs us (spin.h). Doorbells
    * and the end of the stream still wake the nap. */
-  int64_t nap = r2s__link_nap_ns(l, events, r2s__now_ns() - *began);
-  if (nap > 0 && (!deadline || r2s__now_ns() + nap < deadline)) {
+  int64_t now = r2s__now_ns(), nap = r2s__link_nap_ns(l, events, now - *began);
+  if (nap > 0 && (!deadline || now + nap < deadline)) {
     struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
-    struct timespec ts = {(time_t)(nap / 1000000000), (long)(nap % 1000000000)};
+    struct timespec ts = r2s__timespec(nap);
     R2S_STAT_INC(waits_nap);
     int rc = r2s__libc.ppoll(&p, 1, &ts, NULL);
     if (rc < 0 && errno == EINTR) return -EINTR;
