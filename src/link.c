@@ -1620,6 +1620,12 @@ short r2s__link_poll_ring(r2s_link_t *l, short events)
   return rev;
 }
 
+bool r2s__link_in_rings(r2s_link_t *l, short events)
+{
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING) return false;
+  return !(events & POLLOUT) || r2s__link_tx_in_ring(l);
+}
+
 /* Only waits for the peer's bytes adapt. A writer waits for room when the
  * reader is slower, and its polling would take CPU from that reader. */
 static bool rx_spin_adapts(const r2s_link_t *l)

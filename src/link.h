@@ -179,6 +179,11 @@ void r2s__link_pump_due(r2s_link_t *l);
  * room in the peer's. For spinning. */
 short r2s__link_poll_ring(r2s_link_t *l, short events);
 
+/* Whether the rings alone carry `events` now (the peer's bytes come through
+ * our ring, ours go into the peer's): then r2s__link_poll_ring answers for
+ * them until the next look at the socket. */
+bool r2s__link_in_rings(r2s_link_t *l, short events);
+
 /* How long a wait for `events` should poll the ring first (spin.h; a wait
  * on this link alone may probe), and
  * what a wait for them taught: it ended after waited_ns with the ring

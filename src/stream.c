@@ -46,6 +46,7 @@ typedef struct spin_look_s {
   int fd;
   short events;
   bool kernel; /* the link does not own the events: only the kernel can tell */
+  bool rings;  /* the rings alone carry the events: look at nothing else */
 } spin_look_t;
 
 /* Ends the poll when the ring is ready, and also when the link does not own
@@ -53,13 +54,21 @@ typedef struct spin_look_s {
  * TCP, after PLAIN): the ring will never answer those, and taking "not
  * mine" for "look again" made a blocked read spin on the socket at full
  * CPU, a server waiting for its request above all. Those wait in the
- * kernel instead. */
+ * kernel instead. After the first look, a link whose rings carry the
+ * events is asked about its rings only: a full look reads the socket
+ * every 64th time (link.c, pump_is_due), and a poll makes hundreds of
+ * looks, so a 64 B ping-pong paid a failed recvfrom on every second
+ * message for a doorbell nobody was asked to send. The socket's frames
+ * (PLAIN, a dead peer's end) are read once the poll ends, when the wait
+ * arms (r2s__link_arm); the budget bounds that delay. */
 static bool spin_ready(void *arg)
 {
   spin_look_t *s = arg;
+  if (s->rings) return (r2s__link_poll_ring(s->l, s->events) & s->events) != 0;
   short owned, rev = r2s__link_poll(s->l, s->fd, s->events, &owned);
   if (rev & owned & s->events) return true;
   s->kernel = !(owned & s->events);
+  s->rings = !s->kernel && r2s__link_in_rings(s->l, s->events);
   return s->kernel;
 }
 
@@ -74,7 +83,7 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   if (!*began) *began = r2s__now_ns();
   /* Poll the ring first: a peer that answers soon costs less to wait for
    * than a doorbell and a sleep (spin.h). */
-  spin_look_t look = {l, fd, events, false};
+  spin_look_t look = {l, fd, events, false, false};
   if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true), r2s__link_peer_shares_cpu(l)) &&
       !look.kernel) {
     r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);

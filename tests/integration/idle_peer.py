@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 
-from peer_streams import accept_one, first_difference, recv_all, stream
+from peer_streams import accept_one, first_difference, recv_all, recv_exactly, stream
 
 MSG = 64
 
@@ -43,20 +43,16 @@ def timed_recv(s, who):
     return data
 
 
-def recv_exactly(s, data, who):
-    while len(data) < MSG:
-        more = s.recv(MSG - len(data))
-        if not more:
-            sys.exit(f"idle_peer {who}: end of stream after {len(data)} of {MSG} bytes")
-        data += more
-    return data
+def recv_msg(s, data, who):
+    """The rest of a MSG-byte message whose first bytes are data."""
+    return data + recv_exactly(s, MSG - len(data), f"idle_peer {who}")
 
 
 def blocked_writer(a, request):
     data = stream(5, a.write)
     if a.role == "server":
         s = accept_one(a.port)
-        if recv_exactly(s, b"", "server") != request:
+        if recv_msg(s, b"", "server") != request:
             sys.exit("idle_peer server: the request differs from what was sent")
         t0, c0 = time.monotonic(), cpu()
         s.sendall(data)
@@ -92,7 +88,7 @@ def main():
         return
     if a.role == "server":
         s = accept_one(a.port)
-        got = recv_exactly(s, timed_recv(s, "server"), "server")
+        got = recv_msg(s, timed_recv(s, "server"), "server")
         if got != request:
             sys.exit("idle_peer server: the request differs from what was sent")
         time.sleep(a.pause)
@@ -103,7 +99,7 @@ def main():
         s = socket.create_connection(("127.0.0.1", a.port))
         time.sleep(a.pause)
         s.sendall(request)
-        got = recv_exactly(s, timed_recv(s, "client"), "client")
+        got = recv_msg(s, timed_recv(s, "client"), "client")
         if got != reply:
             sys.exit("idle_peer client: the reply differs from what was sent")
         s.shutdown(socket.SHUT_WR)

@@ -1,9 +1,10 @@
 """Byte streams both ends of a test peer can make from a seed, where a
-received one first differs, the one connection a server peer takes, and a
-read to the end of the stream (imported by the *_peer.py scripts beside
-it)."""
+received one first differs, the one connection a server peer takes, a read
+of an exact length and a read to the end of the stream (imported by the
+*_peer.py scripts beside it)."""
 import random
 import socket
+import sys
 
 
 def stream(seed, n):
@@ -27,6 +28,17 @@ def accept_one(port):
     s, _ = ls.accept()
     ls.close()
     return s
+
+
+def recv_exactly(s, n, who):
+    """n bytes; a stream that ends first ends the peer, who saying which."""
+    data = b""
+    while len(data) < n:
+        more = s.recv(n - len(data))
+        if not more:
+            sys.exit(f"{who}: end of stream after {len(data)} of {n} bytes")
+        data += more
+    return data
 
 
 def recv_all(s):
