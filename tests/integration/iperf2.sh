@@ -2,7 +2,7 @@
 # iperf 2 (blocking sockets, a thread per connection) client and server under
 # the shim, three runs of one second. Unlike iperf3, iperf 2's server reads to
 # EOF, so its byte count must equal the client's exactly.
-#   usage: iperf2.sh [default|late-server]
+#   usage: iperf2.sh [default|late-server|frame-reply]
 #   default:     the default policy on both ends.
 #   late-server: iperf2's server answers the client's first bytes at once
 #                with 28 bytes and reads the rest later, in another thread;
@@ -15,6 +15,17 @@
 #                bytes in front of control frames"), or it never sees the
 #                handshake and sends everything as TCP frames (seen in every
 #                run before that fix).
+#   frame-reply: the client's shim switches after its first write
+#                (R2SOCK_UPGRADE=1), the server's at once: the 28 bytes then
+#                go in a DATA frame, in front of every doorbell the server
+#                sends the client's writer later. A writer that read control
+#                frames only up to that frame found its socket readable on
+#                every sleep and woke at once (docs/rdma.md, "A writer's
+#                sleeps that returned at once"): 3,250-13,315 sleeps a
+#                run, all but 5-14 of them early (waits_woke_early, 5 runs
+#                of 5). Asserted: at most 3/4 of the client's sleeps (plus
+#                64) end early; with the fix, 0-74 of 42-583 (the most in
+#                runs whose first megabytes went as TCP frames).
 # With R2SOCK_UPGRADE=now each run asserts that the client's payload went
 # through shared memory (>= 90% of its bytes_*_tx).
 # shellcheck source=tests/integration/lib.sh
@@ -32,7 +43,12 @@ case $mode in
       client_env=(R2SOCK_UPGRADE=1) server_env=(R2SOCK_UPGRADE=64)
     fi
     ;;
-  *) fail "unknown mode '$mode' (default or late-server)" ;;
+  frame-reply)
+    if [[ ${R2SOCK_UPGRADE:-} == now ]]; then
+      client_env=(R2SOCK_UPGRADE=1)
+    fi
+    ;;
+  *) fail "unknown mode '$mode' (default, late-server or frame-reply)" ;;
 esac
 
 # -y C: one CSV line per finished test:
@@ -63,6 +79,13 @@ for i in 1 2 3; do
     ((shm_tx * 10 >= (shm_tx + tcp_tx) * 9)) ||
       fail "run $i: expected >= 90% of the client's bytes through shared memory, saw bytes_shm_tx=$shm_tx bytes_tcp_tx=$tcp_tx"
     log "run $i: $sent bytes sent and received; client bytes_shm_tx=$shm_tx bytes_tcp_tx=$tcp_tx"
+    if [[ $mode == frame-reply ]]; then
+      sleeps=$(STATS=$TMP/client-$i.stats stats_sum waits_sleep)
+      early=$(STATS=$TMP/client-$i.stats stats_sum waits_woke_early)
+      ((early <= sleeps * 3 / 4 + 64)) ||
+        fail "run $i: expected at most 3/4 of the client's sleeps to wake early, saw waits_woke_early=$early of waits_sleep=$sleeps"
+      log "run $i: the client slept $sleeps times, $early of them woke early"
+    fi
   else
     log "run $i: $sent bytes sent and received"
   fi
