@@ -129,10 +129,16 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   }
   /* The kernel side of the wait: doorbells and end of stream arrive on the
    * TCP socket. While the peer has not switched yet, its hello or switch
-   * mark alone is POLLPRI. */
+   * mark alone is POLLPRI. A writer whose bytes go over TCP waits for the
+   * kernel's POLLOUT only: bytes to read are not for it, and the peer's
+   * (its hello, a DATA frame its application has not read) kept the socket
+   * readable, so each of its sleeps returned at once (2,684 of 2,781 of an
+   * iperf2 client's sleeps in a 4 s run between two guests). */
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
-  struct pollfd p = {fd, (short)(POLLIN | POLLRDHUP | (rx == R2S_RX_PROBE ? POLLPRI : 0)), 0};
-  if ((events & POLLOUT) && !r2s__link_tx_in_ring(l)) p.events |= POLLOUT;
+  bool tx_ring = (events & POLLOUT) && r2s__link_tx_in_ring(l);
+  short in = (events & POLLIN) ? (short)(POLLIN | (rx == R2S_RX_PROBE ? POLLPRI : 0)) : tx_ring ? POLLIN : 0;
+  struct pollfd p = {fd, (short)(in | POLLRDHUP), 0};
+  if ((events & POLLOUT) && !tx_ring) p.events |= POLLOUT;
   R2S_STAT_INC(waits_sleep);
   r2s__conn_count_wait(c);
   int rc = r2s__libc.poll(&p, 1, ms);
