@@ -151,13 +151,16 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
   } else if (rc > 0 && (r2s__link_poll_ring(l, events) & events)) {
     r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
     *began = 0;
-  } else if (rc > 0) {
-    /* Woken with nothing for us yet: a doorbell that overtook the bytes or
-     * room it announces, or frames on the socket that are not ours to
-     * wait for (a writer used to wake at once, sleep after sleep, for a
-     * DATA frame its application had not read: docs/rdma.md). */
-    short owned;
-    if (!(r2s__link_poll(l, fd, events, &owned) & events)) R2S_STAT_INC(waits_woke_early);
+  } else if (rc > 0 && !(p.revents & (POLLERR | POLLHUP | POLLRDHUP)) &&
+             (r2s__link_in_rings(l, events) || !(p.revents & events))) {
+    /* Woken with nothing for us yet, as far as the answers at hand tell
+     * (no further look: this follows every sleep): the rings carry the
+     * wait and had nothing, or the kernel woke us for something else. A
+     * doorbell that overtook the bytes or room it announces, or frames on
+     * the socket that are not ours to wait for (a writer used to wake at
+     * once, sleep after sleep, for a DATA frame its application had not
+     * read: docs/rdma.md). */
+    R2S_STAT_INC(waits_woke_early);
   }
   r2s__link_unarm(l, events);
   if (err == EINTR) return -EINTR;
