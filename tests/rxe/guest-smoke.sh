@@ -3,7 +3,9 @@
 # works, then real programs run under the shim over RDMA.
 #   1. rxe0 exists (ibv_devices, rdma link) and its port is PORT_ACTIVE
 #   2. ib_write_bw over RoCEv2 (GID index 1 = IPv4), loopback to 10.77.0.1,
-#      moves data (bandwidth > 0 and rxe0's packet counters grew)
+#      moves data (bandwidth > 0 and rxe0's packet counters grew); the
+#      shim's verbs pattern without the shim (bench-verbs-pp) answers a
+#      ping-pong with verified bytes
 #   3. under LD_PRELOAD=$R2SOCK_LIB with R2SOCK_TRANSPORT=rdma (both ends are
 #      in this one guest, where `auto` would pick shared memory): the stream
 #      checker (3 I/O styles x plain/bidir/half-close, bytes verified),
@@ -45,6 +47,22 @@ rxe_delta bw
 # figure only has to show that the device, not something else, carried them
 rxe_expect bw sent_pkts 1000
 rxe_expect bw rcvd_pkts 1000
+
+# The shim's pattern of verbs for a ping-pong without the shim
+# (tools/bench-verbs-pp): the device's part of a 64 B round trip, which
+# docs/rdma.md sets beside the shim's. The client checks every answer.
+VPP=${R2SOCK_BUILD:-}/bench-verbs-pp
+if [ -x "$VPP" ]; then
+  rxe_snap vpp
+  if serve_and_connect verbs-pp 18516 "$VPP -s -p 18516" "$VPP -c $IP -p 18516 -t 1"; then
+    step "bench-verbs-pp: every answer verified, a median printed" \
+      grep -qE '^n=[1-9][0-9]* median_us=[0-9.]+ p99_us=' "$LOGDIR/verbs-pp.client.log"
+  fi
+  rxe_delta vpp
+  rxe_expect vpp sent_pkts 1000
+else
+  skip "bench-verbs-pp" "not built in R2SOCK_BUILD"
+fi
 
 if [ -z "${R2SOCK_LIB:-}" ]; then
   skip "programs under the shim" "R2SOCK_LIB is empty (libr2sock.so not built); only the RDMA part ran"
