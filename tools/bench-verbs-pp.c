@@ -37,8 +37,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RING         (2u << 20) /* the shim's RDMA ring size */
-#define RQ_DEPTH     256u
+#include "frame.h"
+#include "options.h"
+
+/* The shim's own ring size and receive depth; the send queue, the signal
+ * interval and the inline limit are rdma.c's private choices, copied. */
+#define RING         R2S_RING_AUTO_RDMA
+#define RQ_DEPTH     R2S_RDMA_RECVS
 #define SQ_DEPTH     256u
 #define SIGNAL_EVERY 32u
 #define MAX_INLINE   64u
@@ -59,8 +64,8 @@ typedef struct {
   struct ibv_cq *scq, *rcq;
   struct ibv_qp *qp;
   struct ibv_mr *own_mr, *copy_mr;
-  char *own, *copy;    /* our ring (the peer writes it), our copy of the peer's */
-  uint64_t tail, head; /* bytes written into the peer's ring, read from ours */
+  char *own, *copy; /* our ring (the peer writes it), our copy of the peer's */
+  uint64_t tail;    /* bytes written into the peer's ring */
   unsigned unsignalled;
   peer_info_t peer;
 } link_t;
@@ -188,7 +193,10 @@ static void setup(link_t *l, const char *dev, int gid_index, int ctl)
 static void put(link_t *l, const char *buf, uint32_t n)
 {
   uint64_t off = l->tail & (RING - 1);
-  if (off + n > RING) off = 0, l->tail += RING - (l->tail & (RING - 1)); /* no wrap inside a message */
+  if (off + n > RING) { /* no wrap inside a message */
+    l->tail += RING - off;
+    off = 0;
+  }
   memcpy(l->copy + off, buf, n);
   struct ibv_sge sge = {.addr = (uintptr_t)(l->copy + off), .length = n, .lkey = l->copy_mr->lkey};
   struct ibv_send_wr wr = {.opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .sg_list = &sge, .num_sge = 1}, *bad;
@@ -226,7 +234,6 @@ static bool get(link_t *l, char *buf, uint32_t n, int ctl)
   uint32_t off = ntohl(wc.imm_data);
   if (off > RING - n) die("the peer wrote past the ring", 0);
   memcpy(buf, l->own + off, n);
-  l->head += n;
   return true;
 }
 
