@@ -54,6 +54,13 @@ static inline int FAILED(const r2s_link_t *l)
   return __atomic_load_n(&l->failed, __ATOMIC_ACQUIRE);
 }
 
+/* The end of the stream from TCP; rx_lock held. Stored atomically for
+ * look_ring, which reads it without the lock. */
+static inline void set_rx_eof(r2s_link_t *l)
+{
+  __atomic_store_n(&l->rx_eof, true, __ATOMIC_RELEASE);
+}
+
 /* ---- kernel calls, nonblocking, returning -errno ---- */
 
 static ssize_t k_send(int fd, const void *buf, size_t len, int flags)
@@ -891,7 +898,7 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
      * peer sent no hello (TCP delivers in order), so it is plain. */
     peer_is_plain(l, fd, R2S_REASON_PEER_PLAIN);
   }
-  if (n == 0 && !mark) l->rx_eof = true; /* not with a lone hello still to take (r2s__link_close) */
+  if (n == 0 && !mark) set_rx_eof(l); /* not with a lone hello still to take (r2s__link_close) */
   if (n <= 0) return n; /* 0: end of stream; -EAGAIN */
   if (flags & MSG_PEEK) return n;
   /* Consume exactly what was peeked: the bytes are already in the
@@ -909,13 +916,13 @@ static ssize_t rx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt
     if (l->rx_data_left) {
       ssize_t n = k_recv_iov(fd, iov, cnt, l->rx_data_left, flags & MSG_PEEK);
       if (n > 0 && !(flags & MSG_PEEK)) l->rx_data_left -= (uint32_t)n;
-      if (n == 0) l->rx_eof = true; /* the peer died inside a frame */
+      if (n == 0) set_rx_eof(l); /* the peer died inside a frame */
       return n;
     }
     r2s_frame_hdr_t h;
     int t = read_frame(l, fd, &h);
     if (t == 0) {
-      l->rx_eof = true;
+      set_rx_eof(l);
       return 0;
     }
     if (t < 0) return t;
@@ -943,7 +950,7 @@ static int pump_control(r2s_link_t *l, int fd)
       /* The end of the stream, or the kernel's error (a reset): either
        * comes after every ring byte the peer wrote, so readers get those
        * first, then this. */
-      l->rx_eof = true;
+      set_rx_eof(l);
       l->rx_err = t;
       return 0;
     }
@@ -998,11 +1005,12 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = TP(l)->get(TPS(l), iov, cnt, want, peek);
       return n == 0 && l->rx_err ? l->rx_err : n;
     }
-    if (pass == 0 && pump_is_due(l)) {
-      int rc = pump_control(l, fd);
-      if (rc < 0) return rc;
-      if (l->rx_plain_pending && ring_ends_here(l, &want)) return RETRY;
-    }
+    /* Only frames read from the socket can change the answer: the ring
+     * is looked at again after a pump, not otherwise. */
+    if (pass > 0 || !pump_is_due(l)) break;
+    int rc = pump_control(l, fd);
+    if (rc < 0) return rc;
+    if (l->rx_plain_pending && ring_ends_here(l, &want)) return RETRY;
   }
   return -EAGAIN;
 }
@@ -1029,7 +1037,7 @@ static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
     n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
     if (n < 0) n = -errno;
-    if (n == 0) l->rx_eof = true;
+    if (n == 0) set_rx_eof(l);
   }
   }
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
@@ -1181,7 +1189,7 @@ static void read_control_locked(r2s_link_t *l, int fd, bool read_ahead)
         if (!p) break;
         ssize_t n = k_recv(fd, p, room < l->rx_data_left ? room : l->rx_data_left, 0);
         if (n <= 0) {
-          if (n == 0) l->rx_eof = true; /* the peer died inside a frame */
+          if (n == 0) set_rx_eof(l); /* the peer died inside a frame */
           break; /* -EAGAIN, or the kernel's error, which the reader meets */
         }
         r2s__readahead_commit(&l->rx_ahead, (size_t)n);
@@ -1192,7 +1200,7 @@ static void read_control_locked(r2s_link_t *l, int fd, bool read_ahead)
       int t = read_frame(l, fd, &h);
       if (t <= 0) {
         if (t == 0)
-          l->rx_eof = true;
+          set_rx_eof(l);
         else if (t != -EAGAIN)
           fail(l, t, "bad frame from the peer");
         break;
@@ -1657,12 +1665,91 @@ bool r2s__link_peer_shares_cpu(r2s_link_t *l)
   return TPS(l) && TP(l)->peer_shares_cpu && TP(l)->peer_shares_cpu(TPS(l));
 }
 
+/* A reader's wait that ended after waited_ns, the ring then holding
+ * `avail` bytes (answered), or not answered. */
+static void learn_rx(r2s_link_t *l, int64_t waited_ns, bool answered, ssize_t avail)
+{
+  bool stream = answered && avail >= (ssize_t)SPIN_STREAM_BYTES;
+  r2s__spin_learn_stream(&l->rx_spin, waited_ns, answered, stream);
+  r2s__spin_learn(&l->rx_spin, stream ? INT64_MAX : waited_ns, answered);
+}
+
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
 {
   if (!(events & POLLIN) || !rx_spin_adapts(l)) return;
-  bool stream = answered && TP(l)->avail(TPS(l)) >= (ssize_t)SPIN_STREAM_BYTES;
-  r2s__spin_learn_stream(&l->rx_spin, waited_ns, answered, stream);
-  r2s__spin_learn(&l->rx_spin, stream ? INT64_MAX : waited_ns, answered);
+  learn_rx(l, waited_ns, answered, answered ? TP(l)->avail(TPS(l)) : 0);
+}
+
+ssize_t r2s__link_send_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
+                            r2s_link_moved_t *mv)
+{
+  ssize_t n = R2S_LINK_SLOW;
+  pthread_mutex_lock(&l->tx_lock);
+  if (r2s__link_tx_in_ring(l) && !l->tx_pending_len && !l->tx_shut && !FAILED(l)) {
+    n = TP(l)->put(TPS(l), iov, cnt, 0, want);
+    if (n > 0) {
+      mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
+      if (TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
+    } else {
+      n = R2S_LINK_SLOW; /* no room, or a failure: r2s__link_send's to handle */
+    }
+  }
+  pthread_mutex_unlock(&l->tx_lock);
+  return n;
+}
+
+/* What the ring alone says to a reader: bytes (> 0), something else to
+ * read (< 0), nothing (0). Without rx_lock, as r2s__link_poll_ring; the
+ * flags that end a read at once (rx_eof, rx_shut) are stored atomically
+ * for it, under rx_lock. */
+static inline ssize_t look_ring(r2s_link_t *l, const r2s_transport_t *tp, r2s_tp_state_t *tps)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING || r2s__readahead_len(&l->rx_ahead) ||
+      FAILED(l) || __atomic_load_n(&l->rx_eof, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&l->rx_shut, __ATOMIC_ACQUIRE))
+    return -1;
+  ssize_t n = tp->avail(tps);
+  if (n > 0) return n;
+  return n < 0 || tp->peer_tx_closed(tps) ? -1 : 0;
+}
+
+ssize_t r2s__link_await_ring(r2s_link_t *l, bool wait, int64_t *began)
+{
+  const r2s_transport_t *tp = TP(l);
+  r2s_tp_state_t *tps = TPS(l);
+  ssize_t n = look_ring(l, tp, tps);
+  if (n != 0 || !wait) return n;
+  int64_t budget = r2s__link_spin_budget(l, POLLIN, true);
+  if (budget <= 0) return 0;
+  r2s_spin_pace_t pace;
+  r2s__spin_pace_start(&pace, budget, tp->peer_shares_cpu && tp->peer_shares_cpu(tps));
+  while (r2s__spin_pace(&pace)) {
+    n = look_ring(l, tp, tps);
+    if (n != 0) {
+      if (rx_spin_adapts(l)) learn_rx(l, r2s__now_ns() - pace.start, true, n);
+      return n;
+    }
+  }
+  *began = pace.start;
+  return 0;
+}
+
+ssize_t r2s__link_recv_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
+                            r2s_link_moved_t *mv)
+{
+  ssize_t n = R2S_LINK_SLOW;
+  pthread_mutex_lock(&l->rx_lock);
+  if (l->rx_state == R2S_RX_RING && !FAILED(l) && !l->rx_plain_pending && !r2s__readahead_len(&l->rx_ahead)) {
+    n = TP(l)->get(TPS(l), iov, cnt, want, false);
+    if (n > 0) {
+      credit_wakeup(l, fd);
+      mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
+    } else {
+      n = R2S_LINK_SLOW; /* the end, an error, a bad index: r2s__link_recv's to handle */
+    }
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+  return n;
 }
 
 int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns)
@@ -1734,7 +1821,7 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
 {
   if (how == SHUT_RD || how == SHUT_RDWR) {
     pthread_mutex_lock(&l->rx_lock);
-    l->rx_shut = true;
+    __atomic_store_n(&l->rx_shut, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&l->rx_lock);
   }
   if (how == SHUT_WR || how == SHUT_RDWR) {

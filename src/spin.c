@@ -159,18 +159,10 @@ int64_t r2s__spin_nap(r2s_spin_t *s, int64_t waited_ns)
 bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now)
 {
   if (budget_ns <= 0) return false;
-  int64_t start = r2s__now_ns(), now = start;
-  int64_t yield_after = yield_now ? start : start + (int64_t)r2s__opt.spin_us * 1000;
-  for (unsigned spins = 1;; spins++) {
+  r2s_spin_pace_t pace;
+  r2s__spin_pace_start(&pace, budget_ns, yield_now);
+  do {
     if (ready(arg)) return true;
-    /* The clock costs more than a look at the ring: read it now and then. */
-    if ((spins & 31) == 0 || now >= yield_after) {
-      now = r2s__now_ns();
-      if (now - start >= budget_ns) return false;
-    }
-    if (now >= yield_after)
-      sched_yield();
-    else
-      __builtin_ia32_pause();
-  }
+  } while (r2s__spin_pace(&pace));
+  return false;
 }

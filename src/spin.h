@@ -86,8 +86,12 @@
 #ifndef R2S_SPIN_H
 #define R2S_SPIN_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "clock.h"
+#include "options.h"
 
 /* One direction's learnt budget; zero-initialised means SPIN_US. */
 typedef struct r2s_spin_s {
@@ -124,5 +128,39 @@ int64_t r2s__spin_nap(r2s_spin_t *s, int64_t waited_ns);
  * (then false). yield_now: yield the CPU between all looks, not only past
  * SPIN_US (the peer last ran on this CPU: it cannot answer while we poll). */
 bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now);
+
+/* The pace of such a loop, for one that looks at a single thing inline
+ * (a blocked reader's ring, link.c): under emulation every call and
+ * callback between two looks lengthened the wait (docs/rdma.md, "Session
+ * 20"). Between looks it pauses, or yields past SPIN_US (from the start
+ * with yield_now); the clock, which costs more than a look, is read every
+ * 32nd look, and at every look once yielding. */
+typedef struct r2s_spin_pace_s {
+  int64_t start, now, yield_after, budget_ns;
+  unsigned looks;
+} r2s_spin_pace_t;
+
+static inline void r2s__spin_pace_start(r2s_spin_pace_t *p, int64_t budget_ns, bool yield_now)
+{
+  p->start = p->now = r2s__now_ns();
+  p->yield_after = yield_now ? p->start : p->start + (int64_t)r2s__opt.spin_us * 1000;
+  p->budget_ns = budget_ns;
+  p->looks = 0;
+}
+
+/* After a look that found nothing: false once the budget is spent, else
+ * pauses or yields, and true (look again). */
+static inline bool r2s__spin_pace(r2s_spin_pace_t *p)
+{
+  if ((++p->looks & 31) == 0 || p->now >= p->yield_after) {
+    p->now = r2s__now_ns();
+    if (p->now - p->start >= p->budget_ns) return false;
+  }
+  if (p->now >= p->yield_after)
+    sched_yield();
+  else
+    __builtin_ia32_pause();
+  return true;
+}
 
 #endif

@@ -77,14 +77,17 @@ static bool spin_ready(void *arg)
  * when the caller's wait began (set here on its first round, cleared when
  * the ring answered), so that the link learns how long the whole wait took
  * (spin.h). */
-static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64_t *began)
+static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64_t *began, bool polled)
 {
   r2s_link_t *l = c->link;
   if (!*began) *began = r2s__now_ns();
   /* Poll the ring first: a peer that answers soon costs less to wait for
-   * than a doorbell and a sleep (spin.h). */
+   * than a doorbell and a sleep (spin.h). Not again when the caller just
+   * polled it for the budget (r2s__link_await_ring). */
   spin_look_t look = {l, fd, events, false, false};
-  if (r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true), r2s__link_peer_shares_cpu(l)) &&
+  if (!polled &&
+      r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true),
+                      r2s__link_peer_shares_cpu(l)) &&
       !look.kernel) {
     r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
     *began = 0;
@@ -198,7 +201,7 @@ static ssize_t recv_nothing(r2s_conn_t *c, int fd, int flags)
     if (n != -EAGAIN) return n >= 0 || waited ? 0 : n;
     if (nb) return -EAGAIN;
     if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
-    if (wait_for(c, fd, POLLIN, deadline, &began) < 0) return 0;
+    if (wait_for(c, fd, POLLIN, deadline, &began, false) < 0) return 0;
   }
 }
 
@@ -211,6 +214,23 @@ static void count_moved(r2s_conn_t *c, void (*count)(r2s_conn_t *, r2s_path_t, l
   if (n > ring) count(c, R2S_PATH_TCP, n - ring);
 }
 
+/* The short way of a read whose link reads the ring (link.h): its wait
+ * polls the ring alone, and the bytes come out of it without the layers
+ * of r2s__link_recv. Returns the bytes read, or R2S_LINK_SLOW; when the
+ * whole spin budget passed without an answer, *polled_since is when that
+ * poll began. */
+static ssize_t recv_ring(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, size_t want, bool nb,
+                         int64_t *polled_since)
+{
+  r2s_link_t *l = c->link;
+  ssize_t got = r2s__link_await_ring(l, !nb, polled_since);
+  if (got <= 0) return R2S_LINK_SLOW;
+  r2s_link_moved_t mv = {0};
+  ssize_t n = r2s__link_recv_ring(l, fd, iov, cnt, want, &mv);
+  if (n > 0) count_moved(c, r2s__conn_count_rx, n, &mv);
+  return n;
+}
+
 ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
   R2S_SANITIZE_IOV(iov, cnt);
@@ -219,6 +239,11 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   if (want == 0) return recv_nothing(c, fd, flags);
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
   int64_t deadline = 0, began = 0;
+  if (!(flags & (MSG_PEEK | MSG_WAITALL)) && r2s__link_in_rings(l, POLLIN)) {
+    ssize_t n = recv_ring(c, fd, iov, cnt, want, nb, &began);
+    if (n != R2S_LINK_SLOW) return n;
+  }
+  bool polled = began != 0;
   struct iovec rest[64];
   for (;;) {
     int k = r2s__iov_advance(rest, 64, iov, cnt, done);
@@ -235,7 +260,8 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
-    int rc = wait_for(c, fd, POLLIN, deadline, &began);
+    int rc = wait_for(c, fd, POLLIN, deadline, &began, polled);
+    polled = false;
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }
@@ -246,6 +272,17 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   r2s_link_t *l = c->link;
   size_t want = r2s__iov_total(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags);
+  if (want && !(flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) && r2s__link_tx_in_ring(l)) {
+    /* The short way (link.h); the rest of a write the ring took in part
+     * goes the long way. */
+    r2s_link_moved_t mv = {0};
+    ssize_t n = r2s__link_send_ring(l, fd, iov, cnt, want, &mv);
+    if (n > 0) {
+      count_moved(c, r2s__conn_count_tx, n, &mv);
+      if ((size_t)n >= want || nb) return n;
+      done = (size_t)n;
+    }
+  }
   int64_t deadline = 0, began = 0;
   struct iovec rest[64];
   for (;;) {
@@ -267,7 +304,7 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     if (!deadline && c->sndtimeo_ms) deadline = deadline_of(c->sndtimeo_ms);
-    int rc = wait_for(c, fd, POLLOUT, deadline, &began);
+    int rc = wait_for(c, fd, POLLOUT, deadline, &began, false);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }
