@@ -259,7 +259,10 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n == 0) return (ssize_t)done;
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
-    if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
+    /* SO_RCVTIMEO counts from the start of the wait: the short way's
+     * poll, if it polled (began). */
+    if (!deadline && c->rcvtimeo_ms)
+      deadline = (began ? began : r2s__now_ns()) + (int64_t)c->rcvtimeo_ms * 1000000;
     int rc = wait_for(c, fd, POLLIN, deadline, &began, polled);
     polled = false;
     if (rc < 0) return done ? (ssize_t)done : rc;
