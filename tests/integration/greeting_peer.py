@@ -29,39 +29,18 @@ import sys
 import termios
 import time
 
-from peer_streams import first_difference, stream
+from peer_streams import accept_one, expect_same, recv_exactly, stream
 
 DEADLINE = 60.0
 CHUNK = 64 << 10
 
 
-def check(what, got, want):
-    if got != want:
-        i = first_difference(got, want)
-        raise AssertionError(f"{what} differs at offset {i} (got {len(got)} of {len(want)} bytes):"
-                             f" got {bytes(got[i:i + 16]).hex()} want {want[i:i + 16].hex()}")
-
-
-def recv_exact(s, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise EOFError(f"EOF after {len(buf)} of {n} bytes")
-        buf.extend(chunk)
-    return bytes(buf)
-
-
 def server(args):
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    ls.bind(("127.0.0.1", args.port))
-    ls.listen(1)
-    s, _ = ls.accept()
-    ls.close()
+    s = accept_one(args.port)
     s.settimeout(DEADLINE)
     s.sendall(stream(args.seed, args.greeting))
-    data = recv_exact(s, args.bytes)
-    check("the client's stream", data, stream(args.seed + 1, args.bytes))
+    data = recv_exactly(s, args.bytes, "greeting_peer server")
+    expect_same("the client's stream", data, stream(args.seed + 1, args.bytes))
     s.sendall(b"bye")
     s.close()
     print(f"greeting_peer server: received={len(data)}", flush=True)
@@ -91,14 +70,14 @@ def client(args):
         # of it ahead meanwhile), then read as much as was peeked: one read
         # must return all of it, as TCP does for bytes already queued.
         peeked = peek_all(s, args.greeting)
-        check("the peeked greeting", peeked, want)
+        expect_same("the peeked greeting", peeked, want)
     for off in range(0, len(out), CHUNK):
         s.sendall(out[off:off + CHUNK])
     if args.peek_first:
         first = s.recv(len(peeked))
         if len(first) != len(peeked):
             raise AssertionError(f"a read after a MSG_PEEK of {len(peeked)} bytes returned {len(first)}")
-        check("the greeting read after the peek", first, want[:len(first)])
+        expect_same("the greeting read after the peek", first, want[:len(first)])
         want = want[len(first):]
     got = bytearray()
     if want:  # with --peek-first the peeked read may have taken it all
@@ -119,9 +98,9 @@ def client(args):
         s.settimeout(None)
         got += s.recv(len(want) - len(got), socket.MSG_WAITALL)
         s.settimeout(DEADLINE)
-        check("the greeting", bytes(got), want)
+        expect_same("the greeting", bytes(got), want)
     got = first + bytes(got)
-    tail = recv_exact(s, 3)
+    tail = recv_exactly(s, 3, "greeting_peer client")
     if tail != b"bye" or s.recv(1):
         raise AssertionError(f"expected 'bye' and the end of the stream after the greeting, got {tail!r}")
     s.close()
@@ -145,6 +124,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (OSError, EOFError, AssertionError) as e:
+    except (OSError, AssertionError) as e:
         print(f"greeting_peer: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)

@@ -1,6 +1,7 @@
 """Byte streams both ends of a test peer can make from a seed, where a
-received one first differs, the one connection a server peer takes, a read
-of an exact length and a read to the end of the stream (imported by the
+received one first differs (and a check that names it), the one connection
+a server peer takes, a read of an exact length and a read to the end of the
+stream (imported by the
 *_peer.py scripts beside it)."""
 import random
 import socket
@@ -30,15 +31,26 @@ def accept_one(port):
     return s
 
 
+def expect_same(what, got, want):
+    """An AssertionError naming where got first differs from want."""
+    if got != want:
+        i = first_difference(got, want)
+        raise AssertionError(f"{what} differs at offset {i} (got {len(got)} of {len(want)} bytes):"
+                             f" got {bytes(got[i:i + 16]).hex()} want {want[i:i + 16].hex()}")
+
+
 def recv_exactly(s, n, who):
-    """n bytes; a stream that ends first ends the peer, who saying which."""
-    data = b""
+    """n bytes; a stream that ends first ends the peer, who saying which.
+    Gathered in a bytearray, at most 1 MiB a read: streams of tens of MiB
+    arrive in socket-buffer pieces, and appending to bytes copied all of
+    it again for each."""
+    data = bytearray()
     while len(data) < n:
-        more = s.recv(n - len(data))
+        more = s.recv(min(n - len(data), 1 << 20))
         if not more:
             sys.exit(f"{who}: end of stream after {len(data)} of {n} bytes")
         data += more
-    return data
+    return bytes(data)
 
 
 def recv_all(s):

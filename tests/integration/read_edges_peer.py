@@ -26,38 +26,17 @@ import struct
 import sys
 import time
 
-from peer_streams import first_difference, stream
+from peer_streams import accept_one, expect_same, recv_exactly, stream
 
 DEADLINE = 30.0
 RCVTIMEO_US = 200000
 
 
-def check(what, got, want):
-    if got != want:
-        i = first_difference(got, want)
-        raise AssertionError(f"{what} differs at offset {i} (got {len(got)} of {len(want)} bytes):"
-                             f" got {bytes(got[i:i + 16]).hex()} want {want[i:i + 16].hex()}")
-
-
-def recv_exact(s, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise EOFError(f"EOF after {len(buf)} of {n} bytes")
-        buf.extend(chunk)
-    return bytes(buf)
-
-
 def server(args):
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    ls.bind(("127.0.0.1", args.port))
-    ls.listen(1)
-    s, _ = ls.accept()
-    ls.close()
+    s = accept_one(args.port)
     s.settimeout(DEADLINE)
     s.sendall(stream(args.seed, args.bytes))
-    if recv_exact(s, 1) != b"k":
+    if recv_exactly(s, 1, "read_edges_peer server") != b"k":
         raise AssertionError("the client's go-ahead is not 'k'")
     s.sendall(stream(args.seed + 1, args.tail))
     rest = s.recv(1 << 16)
@@ -85,7 +64,8 @@ def queued_tail(s, n):
 
 def client(args):
     s = socket.create_connection(("127.0.0.1", args.port), timeout=DEADLINE)
-    check("the server's stream", recv_exact(s, args.bytes), stream(args.seed, args.bytes))
+    got = recv_exactly(s, args.bytes, "read_edges_peer client")
+    expect_same("the server's stream", got, stream(args.seed, args.bytes))
     s.settimeout(None)  # a blocking socket: the kernel's (or the shim's) SO_RCVTIMEO alone bounds the read
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, RCVTIMEO_US))
     began = time.monotonic()
@@ -102,11 +82,13 @@ def client(args):
     s.sendall(b"k")
     queued_tail(s, args.tail)
     s.shutdown(socket.SHUT_RD)
-    check("the tail read after SHUT_RD", recv_exact(s, args.tail), stream(args.seed + 1, args.tail))
+    got = recv_exactly(s, args.tail, "read_edges_peer client")
+    expect_same("the tail read after SHUT_RD", got, stream(args.seed + 1, args.tail))
     for how in ("blocking", "MSG_DONTWAIT", "blocking again"):
         got = s.recv(4096, socket.MSG_DONTWAIT) if how == "MSG_DONTWAIT" else s.recv(4096)
         if got:
-            raise AssertionError(f"read ({how}) after the tail: expected the end of the stream, got {len(got)} bytes")
+            raise AssertionError(f"read ({how}) after the tail: expected the end of the stream,"
+                                 f" got {len(got)} bytes")
     s.settimeout(None)  # a read that waited now waits for good: the script's bound ends it
     if s.recv(4096):
         raise AssertionError("a read with no timeout after the tail returned bytes")
@@ -129,6 +111,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (OSError, EOFError, AssertionError) as e:
+    except (OSError, AssertionError) as e:
         print(f"read_edges_peer: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
