@@ -3,6 +3,7 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 static void put16(uint8_t *p, uint16_t v)
@@ -68,10 +69,13 @@ int r2s__frame_hdr_put(uint8_t *buf, size_t cap, uint8_t type, uint32_t len)
 #define HS_FIXED  (2 + 2 + 4 + 16 + 8)
 #define SHM_BODY  (R2S_SHM_NAME_MAX + 8)
 #define RDMA_BODY (4 + 4 + 16 + 2 + 1 + 8 + 8 + 4 + 8 + 4)
+#define FIT_BODY  8
 
 int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap)
 {
-  size_t len = HS_FIXED + (h->has_shm ? 3 + SHM_BODY : 0) + (h->has_rdma ? 3 + RDMA_BODY : 0);
+  bool fit = h->has_rdma && h->rdma.copy_max;
+  size_t len = HS_FIXED + (h->has_shm ? 3 + SHM_BODY : 0) + (h->has_rdma ? 3 + RDMA_BODY : 0) +
+               (fit ? 3 + FIT_BODY : 0);
   if (cap < R2S_FRAME_HDR_LEN + len) return -ENOSPC;
   uint8_t *p = buf + R2S_FRAME_HDR_LEN;
   r2s__frame_hdr_put(buf, cap, R2S_FRAME_HANDSHAKE, (uint32_t)len);
@@ -101,6 +105,12 @@ int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap)
     put64(q + 47, r->credit_addr), put32(q + 55, r->credit_rkey);
     p += 3 + RDMA_BODY;
   }
+  if (fit) {
+    p[0] = R2S_OFFER_RDMA_FIT;
+    put16(p + 1, FIT_BODY);
+    put64(p + 3, h->rdma.copy_max);
+    p += 3 + FIT_BODY;
+  }
   return (int)(R2S_FRAME_HDR_LEN + len);
 }
 
@@ -116,6 +126,8 @@ int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out)
   /* Speak the highest version both ends know; today that must be 1. */
   if (h.min_version > R2S_PROTO_VERSION) return -EPROTONOSUPPORT;
   size_t off = HS_FIXED;
+  bool fit_seen = false;
+  uint64_t fit = 0;
   while (off < len) {
     if (len - off < 3) return -EPROTO;
     uint8_t kind = buf[off];
@@ -142,10 +154,18 @@ int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out)
       r->ring_addr = get64(b + 27), r->ring_size = get64(b + 35), r->ring_rkey = get32(b + 43);
       r->credit_addr = get64(b + 47), r->credit_rkey = get32(b + 55);
       h.has_rdma = 1;
+    } else if (kind == R2S_OFFER_RDMA_FIT) {
+      /* 0 would read as "none sent": the transport checks the value */
+      if (blen != FIT_BODY || fit_seen) return -EPROTO;
+      fit_seen = true;
+      fit = get64(b);
+      if (fit == 0) return -EPROTO;
     }
     /* other kinds: a newer peer's offer we do not know; skip it */
     off += 3 + blen;
   }
+  /* A FIT offer means something only beside an RDMA one (in any order). */
+  if (h.has_rdma) h.rdma.copy_max = fit;
   *out = h;
   return 0;
 }

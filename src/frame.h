@@ -89,7 +89,13 @@ enum {
 #define R2S_RDMA_IMM_SLEEP 0x80000000u
 
 /* Transports a handshake may offer. */
-enum { R2S_OFFER_SHM = 1, R2S_OFFER_RDMA = 2 };
+enum {
+  R2S_OFFER_SHM = 1,
+  R2S_OFFER_RDMA = 2,
+  /* the largest peer ring the RDMA end copies (transport/rdma_fit.h);
+   * an older peer skips it as an unknown offer */
+  R2S_OFFER_RDMA_FIT = 3,
+};
 
 #define R2S_SHM_NAME_MAX 64
 
@@ -107,6 +113,7 @@ typedef struct r2s_offer_rdma_s {
   uint32_t ring_rkey;
   uint64_t credit_addr;
   uint32_t credit_rkey;
+  uint64_t copy_max; /* from the FIT offer; 0: none was sent */
 } r2s_offer_rdma_t;
 
 typedef struct r2s_handshake_s {

@@ -28,6 +28,15 @@ int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size)
   return 0;
 }
 
+int r2s__ring_narrow(r2s_ring_t *r, uint64_t size)
+{
+  if (size < 4096 || (size & (size - 1)) != 0 || size > r->size || r->head != 0 || r->tail != 0)
+    return -EINVAL;
+  r->size = size;
+  r->mask = size - 1;
+  return 0;
+}
+
 ssize_t r2s__ring_space(r2s_ring_t *r)
 {
   uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);

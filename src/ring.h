@@ -81,6 +81,13 @@ int r2s__ring_attach(r2s_ring_t *r, void *mem, uint64_t size);
  * data's size is known). */
 int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size);
 
+/* Uses only the first `size` bytes of the data from now on: a power of two
+ * >= 4096 and no larger than the ring, before any byte moved (an RDMA
+ * ring fitted to its producer, transport/rdma_fit.h). Touches the view
+ * alone, so it may run beside threads that look at the control page.
+ * Returns 0 or -EINVAL. */
+int r2s__ring_narrow(r2s_ring_t *r, uint64_t size);
+
 /* Producer: free space (>= 0), or -EPROTO if the consumer's head is bogus. */
 ssize_t r2s__ring_space(r2s_ring_t *r);
 /* Producer: copies up to max bytes from iov (skipping the first `skip`

@@ -41,11 +41,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/capability.h>
 
 #include "../clock.h"
 #include "../libc.h"
@@ -55,6 +58,7 @@
 #include "../stats.h"
 #include "../transport.h"
 #include "rdma.h"
+#include "rdma_fit.h"
 #include "rdma_imm.h"
 
 #define SQ_DEPTH     256 /* send work requests in flight */
@@ -92,11 +96,15 @@ struct r2s_tp_state_s {
   struct ibv_qp *qp;
   uint32_t psn, max_inline;
 
-  /* our receive ring: the peer writes its data and producer line */
+  /* our receive ring: the peer writes its data and producer line; own.size
+   * may be less than the ring registered (rdma_fit.h) */
   uint8_t *own_mem;
   size_t own_len;
   struct ibv_mr *own_mr;
   r2s_ring_t own;
+  bool wide;          /* holds one of the process's wide rings (offer_size) */
+  uint64_t copy_max;  /* our FIT offer: the largest peer ring we copy */
+  uint64_t peer_size; /* the bytes of the peer's ring we use, from connect */
 
   /* our copy of the peer's ring: its control page exists from the offer
    * (the peer writes its consumer line: credits, sleep, closed), its data
@@ -425,8 +433,11 @@ static void destroy(r2s_tp_state_t *st)
   if (st->pd) (void)R2S_V(ibv_dealloc_pd)(st->pd);
 }
 
+static unsigned wide_live; /* connections holding a wide ring */
+
 static void free_state(r2s_tp_state_t *st)
 {
+  if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
   if (st->dupfd >= 0) r2s__libc.close(st->dupfd);
   free(st->own_mem);
   free(st->mctl);
@@ -450,6 +461,36 @@ static int to_init(r2s_tp_state_t *st)
 
 static int warned_no_resources;
 
+/* This process may pin memory without bound: no memlock limit, or
+ * CAP_IPC_LOCK (root), which the kernel's pinning for a registration
+ * honours instead of the limit. */
+static bool pin_unlimited(void)
+{
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY) return true;
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+  if (syscall(SYS_capget, &h, d) != 0) return false;
+  return (d[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1u;
+}
+
+/* The ring this connection offers: R2SOCK_RING_SIZE if set; else a wide
+ * one while pinned memory is unlimited and the process holds fewer than
+ * R2S_RDMA_WIDE_CONNS of them (the bytes in flight of a few fast
+ * connections, not a pinned 16 MiB for each of hundreds), else the usual
+ * auto size. */
+static uint64_t offer_size(bool unlimited, bool *wide)
+{
+  *wide = false;
+  if (r2s__opt.ring_size || !unlimited) return r2s__ring_size(true);
+  if (__atomic_add_fetch(&wide_live, 1, __ATOMIC_RELAXED) <= R2S_RDMA_WIDE_CONNS) {
+    *wide = true;
+    return R2S_RDMA_RING_WIDE;
+  }
+  __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
+  return r2s__ring_size(true);
+}
+
 static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)
 {
   r2s_rdma_port_t port;
@@ -462,7 +503,9 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   st->port = port;
   st->gen = port.dev->gen;
   st->dupfd = -1;
-  uint64_t size = r2s__ring_size(true);
+  bool unlimited = pin_unlimited();
+  uint64_t size = offer_size(unlimited, &st->wide);
+  st->copy_max = r2s__rdma_copy_max(size, unlimited);
   const char *what = "protection domain";
   struct ibv_pd *pd = st->pd = R2S_V(ibv_alloc_pd)(port.dev->ctx);
   if (!pd) goto err_errno;
@@ -524,6 +567,7 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   o->ring_rkey = st->own_mr->rkey;
   o->credit_addr = (uintptr_t)(st->mctl + OFF_CLINE);
   o->credit_rkey = st->credit_mr->rkey;
+  o->copy_max = st->copy_max;
   r2s__rdma_track(st, port.dev);
   r2s__debug("RDMA offer: %s port %u gid index %d qpn %u", port.dev->name, port.port, port.gid_index,
              st->qp->qp_num);
@@ -551,31 +595,28 @@ static bool rdma_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *pee
   return peer->has_rdma;
 }
 
-static bool ring_size_ok(uint64_t size)
-{
-  return size >= 4096 && size <= R2S_RDMA_RING_MAX && (size & (size - 1)) == 0;
-}
-
-/* The sender keeps a registered copy of the peer's ring, as large as the
- * peer says its ring is: a peer may cost this end that much pinned memory,
- * up to this end's own ring size or PEER_RING_MAX, whichever is larger.
- * A larger offer is declined (the connection stays on TCP frames). */
-#define PEER_RING_MAX (16ull << 20)
-
 static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 {
   if (foreign(st)) return -ECONNRESET;
   const r2s_offer_rdma_t *o = &peer->rdma;
   if (!peer->has_rdma) return -ENOPROTOOPT;
   if (o->qpn > 0xffffff || o->psn > 0xffffff || o->mtu < IBV_MTU_256 || o->mtu > IBV_MTU_4096 ||
-      !ring_size_ok(o->ring_size))
+      !r2s__rdma_ring_size_ok(o->ring_size) || (o->copy_max && !r2s__rdma_ring_size_ok(o->copy_max)))
     return -EPROTO;
-  if (o->ring_size > PEER_RING_MAX && o->ring_size > r2s__ring_size(true)) {
+  /* How much of each ring is used (rdma_fit.h); ours is set before RTR,
+   * so before the peer can write into it. */
+  uint64_t ring = st->own.size, used = r2s__rdma_own_used(ring, o->copy_max);
+  uint64_t peer_size = r2s__rdma_peer_used(o->ring_size, o->copy_max != 0, ring, st->copy_max);
+  if (!peer_size) {
     r2s__warn("the peer's RDMA ring (%llu bytes) is larger than this end accepts (R2SOCK_RING_SIZE or 16M): "
               "staying on TCP",
               (unsigned long long)o->ring_size);
     return -ENOBUFS;
   }
+  if (used < ring && r2s__ring_narrow(&st->own, used) < 0) return -EPROTO;
+  st->peer_size = peer_size;
+  r2s__debug("RDMA rings: ours %llu of %llu bytes, the peer's %llu of %llu", (unsigned long long)st->own.size,
+             (unsigned long long)ring, (unsigned long long)peer_size, (unsigned long long)o->ring_size);
   struct ibv_qp_attr a = {
       .qp_state = IBV_QPS_RTR,
       .path_mtu = o->mtu < st->port.mtu ? (enum ibv_mtu)o->mtu : st->port.mtu,
@@ -628,7 +669,8 @@ static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 static int rdma_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 {
   if (!st->connected) return -ENOTCONN;
-  uint64_t size = peer->rdma.ring_size; /* checked by connect */
+  (void)peer;
+  uint64_t size = st->peer_size; /* fitted by connect */
   if (posix_memalign((void **)&st->mdata, 4096, size)) return -ENOMEM;
   st->mdata_mr = R2S_V(ibv_reg_mr)(st->pd, st->mdata, size, IBV_ACCESS_LOCAL_WRITE);
   if (!st->mdata_mr) {

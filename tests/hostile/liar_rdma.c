@@ -34,7 +34,7 @@ struct liar_rdma_s {
   enum ibv_mtu mtu;
   bool roce;
   uint32_t psn, max_inline;
-  uint64_t ring_size;
+  uint64_t ring_size, fit;
   uint8_t *in_mem, *out_ctl, *out_data, *scratch;
   struct ibv_mr *in_mr, *credit_mr, *out_mr, *scratch_mr;
   lr_peer_t peer;
@@ -163,6 +163,11 @@ void lr_offer(const liar_rdma_t *lr, r2s_offer_rdma_t *o)
   o->credit_rkey = lr->credit_mr->rkey;
 }
 
+void lr_fit(liar_rdma_t *lr, uint64_t copy_max)
+{
+  lr->fit = copy_max;
+}
+
 int lr_connect(liar_rdma_t *lr, const r2s_offer_rdma_t *o)
 {
   struct ibv_qp_attr a = {
@@ -198,7 +203,7 @@ int lr_connect(liar_rdma_t *lr, const r2s_offer_rdma_t *o)
     return -1;
   lr->peer = (lr_peer_t){.ring = o->ring_addr,
                          .credit = o->credit_addr,
-                         .ring_size = o->ring_size,
+                         .ring_size = lr->fit && o->copy_max && o->ring_size > lr->fit ? lr->fit : o->ring_size,
                          .ring_rkey = o->ring_rkey,
                          .credit_rkey = o->credit_rkey};
   return 0;

@@ -40,6 +40,9 @@ typedef struct lr_peer_s {
 
 liar_rdma_t *lr_open(int fd, uint64_t ring_size, uint8_t **in_mem, uint8_t **out_ctl);
 void lr_offer(const liar_rdma_t *lr, r2s_offer_rdma_t *o);
+/* Our FIT offer (0: none, the default): lr_connect then uses the peer's
+ * ring only up to it, if the peer sent one too (transport/rdma_fit.h). */
+void lr_fit(liar_rdma_t *lr, uint64_t copy_max);
 int lr_connect(liar_rdma_t *lr, const r2s_offer_rdma_t *peer);
 int lr_attach_out(liar_rdma_t *lr, uint8_t **out_data);
 const lr_peer_t *lr_peer(const liar_rdma_t *lr);

@@ -615,6 +615,9 @@ static const lie_t lies[] = {
     {"rdma-ring-size", EXPECT_CLOSED, "our offer claims a ring twice the size we registered"},
     {"rdma-bad-qpn", EXPECT_VERIFIED, "our offer has a queue pair number past 24 bits: declined, frames"},
     {"rdma-huge-ring", EXPECT_VERIFIED, "our offer claims a 1 GiB ring (the server's copy would pin 1 GiB): declined, frames"},
+    {"rdma-fit-odd", EXPECT_VERIFIED, "our FIT offer is not a power of two: declined, frames"},
+    {"rdma-fit-small", EXPECT_VERIFIED,
+     "no lie, a FIT offer of 4 KiB: the server uses 4 KiB of its ring for our bytes, every one verified"},
     {"rdma-stall-credits", EXPECT_CLOSED, "never return credits: the server's writer must wait, not overrun"},
     {"rdma-other-conn", EXPECT_CLOSED,
      "RDMA-write into the server's ring of our second connection through our first one's queue pair: "
@@ -823,6 +826,15 @@ static void bend_huge(r2s_offer_rdma_t *o)
 {
   o->ring_size = 1ull << 30; /* valid, but more than the server takes on */
 }
+static void bend_fit_odd(r2s_offer_rdma_t *o)
+{
+  o->copy_max = 12345; /* not a power of two */
+}
+#define FIT_SMALL 4096u
+static void bend_fit_small(r2s_offer_rdma_t *o)
+{
+  o->copy_max = FIT_SMALL;
+}
 
 static bool have_ready(liar_t *l)
 {
@@ -909,8 +921,9 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
     other_conn(l, ok);
     return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
   }
-  if (IS("rdma-bad-qpn") || IS("rdma-huge-ring")) { /* the server will not connect: DECLINE, frames both ways */
-    l->bend = IS("rdma-bad-qpn") ? bend_qpn : bend_huge;
+  if (IS("rdma-bad-qpn") || IS("rdma-huge-ring") || IS("rdma-fit-odd")) {
+    /* the server will not connect: DECLINE, frames both ways */
+    l->bend = IS("rdma-bad-qpn") ? bend_qpn : IS("rdma-huge-ring") ? bend_huge : bend_fit_odd;
     if (!hello(l)) return EXPECT_CLOSED;
     switch_mark(l, true);
     l->bad++;
@@ -929,6 +942,12 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
    * comes with them too, which we do not read: the lie comes first). */
   if (IS("rdma-imm-tail")) l->caps = R2S_CAP_RDMA_IMM;
   if (IS("rdma-ring-size")) l->bend = bend_size;
+  if (IS("rdma-fit-small")) {
+    /* honest, with a FIT offer of 4 KiB: the server uses only the first
+     * 4 KiB of its ring for our bytes, wrapping there */
+    l->bend = bend_fit_small;
+    lr_fit(l->rd, FIT_SMALL);
+  }
   /* The server must still be reading when a lie on its ring comes. */
   if (strncmp(kase, "rdma-tail-", 10) == 0) l->tx_cap = 128 << 10;
   if (!honest_rdma(l)) {
@@ -944,7 +963,7 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
   const lr_peer_t *pr = lr_peer(l->rd);
   uint64_t v = 0;
   int st = 0;
-  if (IS("rdma-honest") || IS("rdma-imm-garbage")) {
+  if (IS("rdma-honest") || IS("rdma-imm-garbage") || IS("rdma-fit-small")) {
     if (IS("rdma-imm-garbage")) {
       (void)run_until(l, header_sent, 10);
       /* Our tail as it is, each time with a random immediate: the write is

@@ -22,7 +22,8 @@
 #      ECONNRESET) within a bound, with no hang
 #   6. resources: with a memlock limit too small for the rings (and without
 #      CAP_IPC_LOCK), both ends stay on TCP, bytes verified, and the stats
-#      count tcp_no_resources
+#      count tcp_no_resources; an end that may pin without bound (wide
+#      rings) and one with a limit agree on rings the limited one can pin
 # Skipped (3-5) when R2SOCK_LIB is empty (library not built).
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
@@ -175,6 +176,11 @@ serve_and_connect gid-index 7002 \
 step "gid-index: both ends upgraded to RDMA" r2s_stats_check /xfer/stats.gid 2 conn_rdma 1
 step "gid-index: the server took index 1" grep -q 'RDMA offer: rxe0 port 1 gid index 1 ' "$LOGDIR/gid-index.server.log"
 step "gid-index: the client's address found index 1" grep -q 'RDMA offer: rxe0 port 1 gid index 1 ' "$LOGDIR/gid-index.client.log"
+# Both ends may pin without bound (root): both rings are wide, used whole.
+for end in server client; do
+  step "gid-index: the $end used wide rings" \
+    grep -q 'RDMA rings: ours 8388608 of 8388608 bytes, the peer.s 8388608 of 8388608' "$LOGDIR/gid-index.$end.log"
+done
 
 # Fault: kill -9 the client mid-transfer. The server must end by itself
 # (EOF or ECONNRESET: stream_check exits 1 on a short stream) within a
@@ -211,5 +217,29 @@ memlock_pair() {
 ( memlock_pair ) || fail "memlock: the stream over TCP failed"
 step "memlock: both ends stayed on TCP and said why" r2s_stats_check /xfer/stats.memlock 2 tcp_no_resources 1
 step "memlock: warned about registration" grep -q 'memory registration' "$LOGDIR/memlock.server.log"
+
+# Rings fitted to both ends' limits (docs/protocol.md, "RDMA ring fit"):
+# the server may pin without bound (root) and offers a wide 8 MiB ring;
+# the client has Debian's default memlock limit (8 MiB) without
+# CAP_IPC_LOCK, its own ring of 2 MiB, and copies no peer ring larger. The
+# server uses 2 MiB of its ring, so the client pins about 4 MiB and
+# upgrades; had it to copy the whole 8 MiB ring, its registration would
+# fail and the connection stay on TCP.
+rm -f /xfer/stats.fit
+fit_pair() {
+  ulimit -l 8192
+  serve_and_connect ring-fit 7004 \
+    "env $RDMA_ENV R2SOCK_LOG=debug R2SOCK_STATS_FILE=/xfer/stats.fit $SC server --host $IP --port 7004 --once --timeout 60" \
+    "env $RDMA_ENV R2SOCK_LOG=debug R2SOCK_STATS_FILE=/xfer/stats.fit setpriv --bounding-set -ipc_lock $SC client --host $IP --port 7004 --bytes 32M --timeout 60 --bidir"
+}
+( fit_pair ) || fail "ring-fit: the stream failed"
+step "ring-fit: both ends upgraded to RDMA" r2s_stats_check /xfer/stats.fit 2 conn_rdma 1
+# both directions: a client that could not copy the server's ring would
+# send over TCP frames and still count its connection (50 % at most)
+step "ring-fit: >= 75 % of each end's payload over RDMA" r2s_stats_share /xfer/stats.fit rdma 75
+step "ring-fit: the server used 2 MiB of its wide ring" \
+  grep -q 'RDMA rings: ours 2097152 of 8388608 bytes, the peer.s 2097152 of 2097152' "$LOGDIR/ring-fit.server.log"
+step "ring-fit: the client copied 2 MiB of it" \
+  grep -q 'RDMA rings: ours 2097152 of 2097152 bytes, the peer.s 2097152 of 8388608' "$LOGDIR/ring-fit.client.log"
 step "fault: the server had upgraded to RDMA" r2s_stats_check /xfer/stats.fault 1 conn_rdma 1
 finish

@@ -24,6 +24,7 @@ static r2s_handshake_t sample(void)
   for (int i = 0; i < 16; i++) h.rdma.gid[i] = (uint8_t)(0xf0 + i);
   h.rdma.ring_addr = 0x7f0000001000ull, h.rdma.ring_size = 1 << 17, h.rdma.ring_rkey = 0x1111;
   h.rdma.credit_addr = 0x7f0000002000ull, h.rdma.credit_rkey = 0x2222;
+  h.rdma.copy_max = 16ull << 20; /* sent as its own FIT offer */
   return h;
 }
 
@@ -94,9 +95,15 @@ static void test_handshake_truncated(void **state)
     uint8_t copy[512];
     memcpy(copy, buf + R2S_FRAME_HDR_LEN, cut); /* exactly cut bytes: ASan sees any overread */
     int rc = r2s__handshake_decode(copy, cut, &out);
-    /* Cutting exactly between two offers leaves a valid, shorter handshake. */
-    if (rc == 0) assert_true(cut == 32 || cut == 32 + 3 + R2S_SHM_NAME_MAX + 8);
-    else assert_int_equal(rc, -EPROTO);
+    /* Cutting exactly between two offers leaves a valid, shorter handshake
+     * (without the FIT offer: an RDMA offer as an older peer sends it). */
+    size_t shm_end = 32 + 3 + R2S_SHM_NAME_MAX + 8, rdma_end = shm_end + 3 + 59;
+    if (rc == 0) {
+      assert_true(cut == 32 || cut == shm_end || cut == rdma_end);
+      assert_int_equal(out.rdma.copy_max, 0);
+    } else {
+      assert_int_equal(rc, -EPROTO);
+    }
   }
 }
 
@@ -162,6 +169,56 @@ static void test_handshake_skips_unknown_offer(void **state)
                    -EPROTO);
 }
 
+/* The FIT offer (the largest peer ring an RDMA end copies): its place,
+ * its length and its value are checked; without an RDMA offer it means
+ * nothing. */
+static void test_handshake_fit_offer(void **state)
+{
+  (void)state;
+  r2s_handshake_t in = sample(), out;
+  uint8_t buf[512];
+  in.has_shm = 0;
+  int n = r2s__handshake_encode(&in, buf, sizeof buf);
+  size_t len = (size_t)n - R2S_FRAME_HDR_LEN, fit_off = len - 11;
+  uint8_t *p = buf + R2S_FRAME_HDR_LEN;
+  assert_int_equal(p[fit_off], R2S_OFFER_RDMA_FIT);
+  assert_int_equal(r2s__handshake_decode(p, len, &out), 0);
+  assert_int_equal(out.rdma.copy_max, 16ull << 20);
+  /* In front of the RDMA offer it counts the same. */
+  uint8_t moved[512];
+  memcpy(moved, p, 32);
+  memcpy(moved + 32, p + fit_off, 11);
+  memcpy(moved + 43, p + 32, fit_off - 32);
+  assert_int_equal(r2s__handshake_decode(moved, len, &out), 0);
+  assert_int_equal(out.rdma.copy_max, 16ull << 20);
+  /* Twice, with a body of another length, or 0 (read as "none sent"). */
+  memcpy(p + len, p + fit_off, 11);
+  assert_int_equal(r2s__handshake_decode(p, len + 11, &out), -EPROTO);
+  p[fit_off + 1] = 7;
+  assert_int_equal(r2s__handshake_decode(p, len - 1, &out), -EPROTO);
+  p[fit_off + 1] = 8;
+  memset(p + fit_off + 3, 0, 8);
+  assert_int_equal(r2s__handshake_decode(p, len, &out), -EPROTO);
+  /* An RDMA offer without it: an older peer. */
+  in.rdma.copy_max = 0;
+  n = r2s__handshake_encode(&in, buf, sizeof buf);
+  assert_int_equal((size_t)n - R2S_FRAME_HDR_LEN, len - 11);
+  assert_int_equal(r2s__handshake_decode(p, len - 11, &out), 0);
+  assert_true(out.has_rdma);
+  assert_int_equal(out.rdma.copy_max, 0);
+  /* Alone it is not sent, and when it comes alone it is ignored. */
+  in = sample();
+  in.has_rdma = 0;
+  n = r2s__handshake_encode(&in, buf, sizeof buf);
+  len = (size_t)n - R2S_FRAME_HDR_LEN;
+  assert_int_equal(len, 32 + 3 + R2S_SHM_NAME_MAX + 8);
+  uint8_t fit[11] = {R2S_OFFER_RDMA_FIT, 8, 0, 0, 0, 0, 1};
+  memcpy(p + len, fit, sizeof fit);
+  assert_int_equal(r2s__handshake_decode(p, len + sizeof fit, &out), 0);
+  assert_false(out.has_rdma);
+  assert_int_equal(out.rdma.copy_max, 0);
+}
+
 static void test_u64_frames(void **state)
 {
   (void)state;
@@ -205,6 +262,7 @@ int main(void)
       cmocka_unit_test(test_handshake_truncated),
       cmocka_unit_test(test_handshake_rejects_bad_values),
       cmocka_unit_test(test_handshake_skips_unknown_offer),
+      cmocka_unit_test(test_handshake_fit_offer),
       cmocka_unit_test(test_u64_frames),
       cmocka_unit_test(test_hello_bytes),
   };

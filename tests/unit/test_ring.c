@@ -53,6 +53,37 @@ static void test_attach_checks_size(void **state)
   assert_int_equal(r2s__ring_attach(&r, mem, SIZE), 0);
 }
 
+/* A ring registered at 16 KiB and used at 4 KiB (an RDMA ring fitted to
+ * its producer): the consumer wraps where the producer does, and the rest
+ * of the data is never touched. */
+static void test_narrow(void **state)
+{
+  (void)state;
+  const uint64_t big = 4 * SIZE;
+  uint8_t *m = aligned_alloc(4096, r2s__ring_bytes(big));
+  assert_non_null(m);
+  r2s__ring_format(m, big);
+  memset(m + R2S_RING_CTL_SIZE, 0xee, big);
+  r2s_ring_t p, c;
+  assert_int_equal(r2s__ring_attach(&c, m, big), 0);
+  assert_int_equal(r2s__ring_narrow(&c, 3000), -EINVAL);
+  assert_int_equal(r2s__ring_narrow(&c, 2048), -EINVAL);
+  assert_int_equal(r2s__ring_narrow(&c, 2 * big), -EINVAL);
+  assert_int_equal(r2s__ring_narrow(&c, SIZE), 0);
+  assert_int_equal(r2s__ring_attach(&p, m, SIZE), 0);
+  uint8_t in[3000], out[3000];
+  for (int round = 0; round < 5; round++) {
+    for (size_t i = 0; i < sizeof in; i++) in[i] = (uint8_t)(i * 13 + (size_t)round);
+    assert_int_equal(put(&p, in, sizeof in), sizeof in);
+    assert_int_equal(get(&c, out, sizeof out, false), sizeof out);
+    assert_memory_equal(out, in, sizeof in);
+  }
+  for (uint64_t i = SIZE; i < big; i++) assert_int_equal(m[R2S_RING_CTL_SIZE + i], 0xee);
+  /* once bytes moved, the size stays */
+  assert_int_equal(r2s__ring_narrow(&c, SIZE), -EINVAL);
+  free(m);
+}
+
 static void test_wrap_and_peek(void **state)
 {
   (void)state;
@@ -177,6 +208,7 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_attach_checks_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_narrow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wrap_and_peek, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_ring_and_iovecs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_indices, setup, teardown),
