@@ -126,8 +126,7 @@ int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out)
   /* Speak the highest version both ends know; today that must be 1. */
   if (h.min_version > R2S_PROTO_VERSION) return -EPROTONOSUPPORT;
   size_t off = HS_FIXED;
-  bool fit_seen = false;
-  uint64_t fit = 0;
+  uint64_t fit = 0; /* a FIT offer's value is never 0 */
   while (off < len) {
     if (len - off < 3) return -EPROTO;
     uint8_t kind = buf[off];
@@ -156,8 +155,7 @@ int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out)
       h.has_rdma = 1;
     } else if (kind == R2S_OFFER_RDMA_FIT) {
       /* 0 would read as "none sent": the transport checks the value */
-      if (blen != FIT_BODY || fit_seen) return -EPROTO;
-      fit_seen = true;
+      if (blen != FIT_BODY || fit) return -EPROTO;
       fit = get64(b);
       if (fit == 0) return -EPROTO;
     }

@@ -15,9 +15,15 @@ int r2s__ring_attach(r2s_ring_t *r, void *mem, uint64_t size)
   return r2s__ring_attach_split(r, mem, (uint8_t *)mem + R2S_RING_CTL_SIZE, size);
 }
 
+/* A ring's data size: a power of two of at least a page. */
+static bool size_ok(uint64_t size)
+{
+  return size >= 4096 && (size & (size - 1)) == 0;
+}
+
 int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size)
 {
-  if (size < 4096 || (size & (size - 1)) != 0) return -EINVAL;
+  if (!size_ok(size)) return -EINVAL;
   r->ctl = ctl;
   r->data = data;
   r->size = size;
@@ -30,8 +36,7 @@ int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size)
 
 int r2s__ring_narrow(r2s_ring_t *r, uint64_t size)
 {
-  if (size < 4096 || (size & (size - 1)) != 0 || size > r->size || r->head != 0 || r->tail != 0)
-    return -EINVAL;
+  if (!size_ok(size) || size > r->size || r->head != 0 || r->tail != 0) return -EINVAL;
   r->size = size;
   r->mask = size - 1;
   return 0;
