@@ -22,14 +22,19 @@
 #          64 KiB only with its last write), but the client moved more than
 #          the server's hello promised to wait for, so it cannot know: it
 #          hands every close to the reaper.
-#   long:  one 32 MiB stream each way (stream_check --bidir). It must still
-#          leave TCP: both ends count conn_shm=1, each sent at least two
-#          thirds of its bytes through shared memory, and the two ends sent
-#          at least 64 KiB over TCP in all before they switched (each end
-#          counts the bytes of both directions). Why not 90%: a switch in
-#          the middle of a stream leaves the bytes already in the two
-#          socket buffers in front of the peer's handshake, and those go on
-#          over TCP (0.2 to 2.3 MiB per direction seen here).
+#   long:  one 128 MiB stream each way (stream_check --bidir). It must
+#          still leave TCP: both ends count conn_shm=1, each sent at least
+#          two thirds of its bytes through shared memory, and the two ends
+#          sent at least 64 KiB over TCP in all before they switched (each
+#          end counts the bytes of both directions). Why not 90% per end: a
+#          switch in the middle of a stream leaves the bytes already in the
+#          two socket buffers in front of the peer's handshake, and those
+#          go on over TCP (0.2 to 2.3 MiB per direction seen here, up to
+#          6.5 MiB for both on a loaded host). check_stats still asks 90%
+#          of all bytes on shm: with 32 MiB each way, that prefix failed it
+#          in 3 runs of 30 beside three busy loops (89.9 %), as once in a
+#          local suite; it does not grow with the stream: 128 MiB each way
+#          leaves it under 3 % (30 runs of 30 passed beside the same loops).
 #   usage: upgrade-default.sh short|short-now-server|short-past-floor|long
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -112,7 +117,7 @@ case $mode in
     fi
     ;;
   long)
-    B=$((32 << 20))
+    B=$((128 << 20))
     start_server sc "$port" "$PROGS/stream_check" server --host 127.0.0.1 --port "$port" --once --timeout 60
     run 90 "$PROGS/stream_check" client --host 127.0.0.1 --port "$port" --bytes $B --bidir --seed 7 \
       --timeout 60 >"$TMP/client.out"
