@@ -107,6 +107,42 @@ static void test_wrap_and_peek(void **state)
   assert_int_equal(get(&c, out, 10, false), 0);
 }
 
+/* Every length from 0 to 300 (small messages are the latency path), from
+ * two iovecs split at a point that moves with the length, at ring offsets
+ * that wander around the wrap: the bytes arrive intact, the copy into the
+ * ring touches nothing of the ring but its own bytes, and the copy out
+ * nothing of the reader's buffer but what it read. */
+static void test_every_small_length(void **state)
+{
+  (void)state;
+  r2s_ring_t p, c;
+  r2s__ring_attach(&p, mem, SIZE);
+  r2s__ring_attach(&c, mem, SIZE);
+  uint8_t *data = (uint8_t *)mem + R2S_RING_CTL_SIZE;
+  uint8_t in[300], out[300 + 32];
+  uint64_t at = 0;
+  for (int pass = 0; pass < 3; pass++) {
+    for (size_t len = 0; len <= sizeof in; len++) {
+      for (size_t i = 0; i < len; i++) in[i] = (uint8_t)(i * 7 + len + (size_t)pass * 3 + 1);
+      memset(data, 0xee, SIZE);
+      /* two iovecs, split at a point that moves with the length */
+      size_t cut = len ? (len * 5 + (size_t)pass) % len : 0;
+      struct iovec v[2] = {{in, cut}, {in + cut, len - cut}};
+      assert_int_equal(r2s__ring_put(&p, v, 2, 0, len), len);
+      for (uint64_t i = 0; i < SIZE; i++) {
+        bool ours = ((i - at) & (SIZE - 1)) < len;
+        if (!ours) assert_int_equal(data[i], 0xee);
+      }
+      memset(out, 0x55, sizeof out);
+      assert_int_equal(get(&c, out + 16, len, false), len);
+      assert_memory_equal(out + 16, in, len);
+      for (size_t i = 0; i < 16; i++) assert_int_equal(out[i], 0x55);
+      for (size_t i = 16 + len; i < sizeof out; i++) assert_int_equal(out[i], 0x55);
+      at += len;
+    }
+  }
+}
+
 static void test_full_ring_and_iovecs(void **state)
 {
   (void)state;
@@ -210,6 +246,7 @@ int main(void)
       cmocka_unit_test_setup_teardown(test_attach_checks_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_narrow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wrap_and_peek, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_every_small_length, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_ring_and_iovecs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_indices, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_threads, setup, teardown),
