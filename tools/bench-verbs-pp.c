@@ -3,7 +3,7 @@
  * under the shim can be split into the device's part and the shim's.
  *
  *   usage: bench-verbs-pp -s [-p PORT] [-d DEVICE] [-g GID_INDEX]
- *          bench-verbs-pp -c HOST [-p PORT] [-d DEVICE] [-g GID_INDEX] [-m BYTES] [-t SECONDS]
+ *          bench-verbs-pp -c HOST [-w] [-p PORT] [-d DEVICE] [-g GID_INDEX] [-m BYTES] [-t SECONDS]
  *   the client prints "n=N median_us=M p99_us=P" (one way: half the round trip,
  *   as ib_write_lat and sockperf report), after 0.4 s of warm-up
  *
@@ -16,6 +16,15 @@
  * the bytes out of its ring. The server answers every message with the same
  * bytes and the client checks them. The queue pair data is exchanged over a
  * TCP connection, which also ends the server when the client is done.
+ *
+ * -w (both ends, the client tells the server) measures the other way a
+ * reader can learn of bytes, the one ib_write_lat uses: a plain RDMA WRITE
+ * of the bytes followed, in the same write, by an 8-byte stamp (the
+ * message's number) at the next 8-byte boundary, which the reader polls in
+ * its memory. No receive is consumed and no completion made. It relies on
+ * the bytes of one write being placed in order, as Soft-RoCE does and
+ * perftest's latency tests assume; the shim's byte-stream ring has no room
+ * for stamps, so this is a measure of what such a format would save.
  * Not part of the library; docs/rdma.md says what it found. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -47,6 +56,7 @@
 #define SQ_DEPTH     256u
 #define SIGNAL_EVERY 32u
 #define MAX_INLINE   64u
+#define STAMP        8u /* -w: the stamp after the bytes */
 #define MAX_MSG      (64u << 10)
 #define WARMUP_S     0.4
 #define MAX_SAMPLES  (1u << 22)
@@ -66,6 +76,9 @@ typedef struct {
   struct ibv_mr *own_mr, *copy_mr;
   char *own, *copy; /* our ring (the peer writes it), our copy of the peer's */
   uint64_t tail;    /* bytes written into the peer's ring */
+  uint64_t head;    /* -w: bytes read from ours */
+  uint64_t sent, seen; /* -w: stamps written and found */
+  bool stamped;        /* -w */
   unsigned unsignalled;
   peer_info_t peer;
 } link_t;
@@ -138,7 +151,7 @@ static void setup(link_t *l, const char *dev, int gid_index, int ctl)
               .max_recv_wr = RQ_DEPTH,
               .max_send_sge = 1,
               .max_recv_sge = 1,
-              .max_inline_data = MAX_INLINE},
+              .max_inline_data = MAX_INLINE + STAMP},
       .qp_type = IBV_QPT_RC,
   };
   if (!(l->qp = ibv_create_qp(l->pd, &qa))) die("ibv_create_qp", errno);
@@ -190,21 +203,43 @@ static void setup(link_t *l, const char *dev, int gid_index, int ctl)
   full_io(ctl, &sync, 1, true);
 }
 
-static void put(link_t *l, const char *buf, uint32_t n)
+/* Ring bytes a message takes: -w adds padding to 8 bytes and the stamp. */
+static uint32_t footprint(const link_t *l, uint32_t n)
 {
-  uint64_t off = l->tail & (RING - 1);
-  if (off + n > RING) { /* no wrap inside a message */
-    l->tail += RING - off;
+  return l->stamped ? ((n + STAMP - 1) & ~(STAMP - 1)) + STAMP : n;
+}
+
+/* Where the next message of `len` ring bytes starts at index *pos: no
+ * wrap inside a message (both ends skip the same way). */
+static uint64_t place(uint64_t *pos, uint32_t len)
+{
+  uint64_t off = *pos & (RING - 1);
+  if (off + len > RING) {
+    *pos += RING - off;
     off = 0;
   }
+  return off;
+}
+
+static void put(link_t *l, const char *buf, uint32_t n)
+{
+  uint32_t len = footprint(l, n);
+  uint64_t off = place(&l->tail, len);
   memcpy(l->copy + off, buf, n);
-  struct ibv_sge sge = {.addr = (uintptr_t)(l->copy + off), .length = n, .lkey = l->copy_mr->lkey};
-  struct ibv_send_wr wr = {.opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .sg_list = &sge, .num_sge = 1}, *bad;
-  wr.send_flags = n <= MAX_INLINE ? IBV_SEND_INLINE : 0;
+  if (l->stamped) {
+    uint64_t stamp = ++l->sent;
+    memcpy(l->copy + off + len - STAMP, &stamp, STAMP);
+  }
+  struct ibv_sge sge = {.addr = (uintptr_t)(l->copy + off), .length = len, .lkey = l->copy_mr->lkey};
+  struct ibv_send_wr wr = {.opcode = l->stamped ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_WRITE_WITH_IMM,
+                           .sg_list = &sge,
+                           .num_sge = 1},
+                     *bad;
+  wr.send_flags = len <= MAX_INLINE + (l->stamped ? STAMP : 0) ? IBV_SEND_INLINE : 0;
   if (++l->unsignalled == SIGNAL_EVERY) wr.send_flags |= IBV_SEND_SIGNALED, l->unsignalled = 0;
   wr.wr.rdma.remote_addr = l->peer.addr + off;
   wr.wr.rdma.rkey = l->peer.rkey;
-  l->tail += n;
+  l->tail += len;
   wr.imm_data = htonl((uint32_t)off);
   int rc = ibv_post_send(l->qp, &wr, &bad);
   if (rc) die("ibv_post_send", rc);
@@ -219,6 +254,20 @@ static void put(link_t *l, const char *buf, uint32_t n)
  * peer gone (looked at now and then, so that a dead peer cannot hang us). */
 static bool get(link_t *l, char *buf, uint32_t n, int ctl)
 {
+  if (l->stamped) {
+    uint32_t len = footprint(l, n);
+    uint64_t off = place(&l->head, len), want = ++l->seen;
+    const uint64_t *stamp = (const uint64_t *)(l->own + off + len - STAMP);
+    for (unsigned spins = 1; __atomic_load_n(stamp, __ATOMIC_ACQUIRE) != want; spins++) {
+      if ((spins & 0xfffff) == 0) {
+        struct pollfd p = {.fd = ctl, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) return false;
+      }
+    }
+    memcpy(buf, l->own + off, n);
+    l->head += len;
+    return true;
+  }
   struct ibv_wc wc;
   int k;
   for (unsigned spins = 1; (k = ibv_poll_cq(l->rcq, 1, &wc)) == 0; spins++) {
@@ -273,24 +322,28 @@ static int tcp_fd(const char *host, const char *port, bool server)
 
 static void usage(void)
 {
-  fprintf(stderr,
-          "usage: bench-verbs-pp -s [-p PORT] [-d DEVICE] [-g GID_INDEX]\n"
-          "       bench-verbs-pp -c HOST [-p PORT] [-d DEVICE] [-g GID_INDEX] [-m BYTES] [-t SECONDS]\n");
+  fprintf(
+      stderr,
+      "usage: bench-verbs-pp -s [-p PORT] [-d DEVICE] [-g GID_INDEX]\n"
+      "       bench-verbs-pp -c HOST [-w] [-p PORT] [-d DEVICE] [-g GID_INDEX] [-m BYTES] [-t SECONDS]\n");
   exit(2);
 }
 
 int main(int argc, char **argv)
 {
   const char *host = NULL, *port = "18515", *dev = NULL;
-  bool server = false;
+  bool server = false, stamped = false;
   int gid_index = 1, opt;
   long size = 64;
   double secs = 3;
-  while ((opt = getopt(argc, argv, "sc:p:d:g:m:t:")) != -1) {
+  while ((opt = getopt(argc, argv, "swc:p:d:g:m:t:")) != -1) {
     char *end = NULL;
     switch (opt) {
     case 's':
       server = true;
+      break;
+    case 'w':
+      stamped = true;
       break;
     case 'c':
       host = optarg;
@@ -319,15 +372,18 @@ int main(int argc, char **argv)
   }
   if (server == (host != NULL) || optind != argc) usage();
   int ctl = tcp_fd(host, port, server);
-  uint32_t n = (uint32_t)size, wire = htonl(n);
+  /* The size, and in its top bit -w. */
+  uint32_t n = (uint32_t)size, wire = htonl(n | (stamped ? 1u << 31 : 0));
   if (server) {
     full_io(ctl, &wire, 4, true);
-    n = ntohl(wire);
+    n = ntohl(wire) & ~(1u << 31);
+    stamped = ntohl(wire) >> 31;
     if (n < 1 || n > MAX_MSG) die("bad message size from the client", 0);
   } else {
     full_io(ctl, &wire, 4, false);
   }
   static link_t l;
+  l.stamped = stamped;
   setup(&l, dev, gid_index, ctl);
   static char out[MAX_MSG], in[MAX_MSG];
   if (server) {

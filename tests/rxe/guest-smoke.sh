@@ -5,7 +5,7 @@
 #   2. ib_write_bw over RoCEv2 (GID index 1 = IPv4), loopback to 10.77.0.1,
 #      moves data (bandwidth > 0 and rxe0's packet counters grew); the
 #      shim's verbs pattern without the shim (bench-verbs-pp) answers a
-#      ping-pong with verified bytes
+#      ping-pong with verified bytes, with immediates and with stamps (-w)
 #   3. under LD_PRELOAD=$R2SOCK_LIB with R2SOCK_TRANSPORT=rdma (both ends are
 #      in this one guest, where `auto` would pick shared memory): the stream
 #      checker (3 I/O styles x plain/bidir/half-close, bytes verified),
@@ -58,6 +58,11 @@ if [ -x "$VPP" ]; then
   if serve_and_connect verbs-pp 18516 "$VPP -s -p 18516" "$VPP -c $IP -p 18516 -t 1"; then
     step "bench-verbs-pp: every answer verified, a median printed" \
       grep -qE '^n=[1-9][0-9]* median_us=[0-9.]+ p99_us=' "$LOGDIR/verbs-pp.client.log"
+  fi
+  # -w: plain writes with a stamp the reader polls (ib_write_lat's way)
+  if serve_and_connect verbs-pp-w 18517 "$VPP -s -p 18517" "$VPP -c $IP -p 18517 -t 1 -w -m 61"; then
+    step "bench-verbs-pp -w: every answer verified, a median printed" \
+      grep -qE '^n=[1-9][0-9]* median_us=[0-9.]+ p99_us=' "$LOGDIR/verbs-pp-w.client.log"
   fi
   rxe_delta vpp
   rxe_expect vpp sent_pkts 1000
