@@ -24,7 +24,7 @@ R2S_EXPORT int close(int fd)
   if (c && c->link && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 && !r2s__conn_passthrough(c) &&
       !(r2s__conn_flags(c) & R2S_CONN_FORKED)) {
     int saved = errno;
-    r2s__link_close(c->link, fd);
+    r2s__link_close(c->link, fd, !(r2s__conn_flags(c) & R2S_CONN_UNSEEN));
     errno = saved;
   }
   int rc = r2s__libc.close(fd);

@@ -15,6 +15,7 @@
 #include "link.h"
 #include "log.h"
 #include "options.h"
+#include "sandbox.h"
 #include "sanitize.h"
 #include "stats.h"
 
@@ -30,14 +31,14 @@ static uint32_t next_id;
 
 static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
 static const char *const reason_names[R2S_REASON_COUNT] = {
-    "",        "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable",
-    "app-oob", "failed",   "no-hello",   "inherited",   "other-user",   "no-device",
-    "short"};
+    "",       "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable", "app-oob",
+    "failed", "no-hello", "inherited",  "other-user",  "no-device",  "short",        "sandboxed"};
 static const r2s_stat_id_t reason_stats[R2S_REASON_COUNT] = {
-    R2S_STAT_COUNT,          R2S_STAT_tcp_disabled,     R2S_STAT_tcp_peer_plain,  R2S_STAT_tcp_no_peer_yet,
-    R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources, R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,
-    R2S_STAT_tcp_failed,     R2S_STAT_tcp_no_hello,     R2S_STAT_COUNT,           R2S_STAT_tcp_other_user,
-    R2S_STAT_tcp_no_device,  R2S_STAT_tcp_short};
+    R2S_STAT_COUNT,           R2S_STAT_tcp_disabled,   R2S_STAT_tcp_peer_plain,
+    R2S_STAT_tcp_no_peer_yet, R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources,
+    R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,    R2S_STAT_tcp_failed,
+    R2S_STAT_tcp_no_hello,    R2S_STAT_COUNT,          R2S_STAT_tcp_other_user,
+    R2S_STAT_tcp_no_device,   R2S_STAT_tcp_short,      R2S_STAT_COUNT};
 
 const char *r2s__path_name(r2s_path_t p)
 {
@@ -278,19 +279,6 @@ void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role)
   }
 }
 
-void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected)
-{
-  if (connected) {
-    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
-    __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
-  }
-  if (connected || c->role == R2S_ROLE_LISTENER) {
-    if (want_addresses()) fill_addresses(c, fd);
-    r2s__statseg_open(c);
-  }
-  R2S_STAT_INC(sockets_adopted);
-}
-
 void r2s__conn_app_oob(r2s_conn_t *c, int fd)
 {
   r2s__conn_set_flag(c, R2S_CONN_APP_OOB, true);
@@ -332,6 +320,10 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
     c->reason = R2S_REASON_APP_OOB;
     return;
   }
+  if (r2s__sandboxed()) {
+    c->reason = R2S_REASON_SANDBOXED; /* the protocol needs calls of ours (sandbox.h) */
+    return;
+  }
   if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_port(c, fd, known)) {
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
@@ -361,6 +353,29 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
   r2s__statseg_open(c);
 }
 
+void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected, bool untouched)
+{
+  bool listed = connected || c->role == R2S_ROLE_LISTENER;
+  bool known = listed && want_addresses();
+  if (known) fill_addresses(c, fd);
+  if (connected && untouched) {
+    /* No byte ever left on it, so no earlier image can have begun the
+     * protocol (a peer switches only after our hello): it starts here as
+     * on a socket just accepted, waiting for the peer's hello. Counted,
+     * like any inherited connection, once this process moves bytes. */
+    uint32_t old = __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
+    start_link(c, fd, old, known);
+    /* Start-up runs alone: nobody else sees the link yet. */
+    r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+    if (l) l->inherited = true;
+  } else if (connected) {
+    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
+  }
+  if (listed) r2s__statseg_open(c);
+  R2S_STAT_INC(sockets_adopted);
+}
+
 void r2s__conn_fold_live(void)
 {
   pthread_mutex_lock(&pool_lock);
@@ -369,6 +384,16 @@ void r2s__conn_fold_live(void)
     classify(c);
     if (r2s__log_level >= R2S_LOG_INFO) log_summary(c);
     fold_bytes(c);
+  }
+  pthread_mutex_unlock(&pool_lock);
+}
+
+void r2s__conn_sandbox_all(void)
+{
+  pthread_mutex_lock(&pool_lock);
+  for (r2s_conn_t *c = live_head; c; c = c->live_next) {
+    r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+    if (l && !r2s__link_passthrough(l)) (void)r2s__link_sandbox(l);
   }
   pthread_mutex_unlock(&pool_lock);
 }

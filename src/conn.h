@@ -54,6 +54,7 @@ typedef enum {
   R2S_REASON_OTHER_USER,   /* the peer runs as another user: no shared memory */
   R2S_REASON_NO_DEVICE,    /* a remote peer, and no RDMA device serves the connection's address */
   R2S_REASON_SHORT,        /* both shims, ended before moving R2SOCK_UPGRADE's bytes */
+  R2S_REASON_SANDBOXED,    /* the process confined its system calls (sandbox.h) */
   R2S_REASON_COUNT
 } r2s_reason_t;
 
@@ -199,13 +200,21 @@ void r2s__conn_connecting(r2s_conn_t *c);
 void r2s__conn_fold_live(void);
 
 /* A TCP socket the process had before the shim knew of it (inherited across
- * exec): tracked from now on, on TCP, and counted as adopted, not as seen
- * (its connection was established by the process that made it). */
-void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected);
+ * exec): tracked from now on and counted as adopted, and in conn_seen once
+ * this process moves bytes on it (r2s__conn_take). untouched: no byte was
+ * ever sent on it (tcphist.h), so no earlier image can have begun the
+ * upgrade protocol, which starts here as on an accepted socket; otherwise
+ * the connection stays on TCP (r2s__link_adopt). */
+void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected, bool untouched);
 
 /* This process moves bytes on a connection it inherited (R2S_CONN_UNSEEN):
  * from now on its account owns the connection (conn_seen, and the path). */
 void r2s__conn_take(r2s_conn_t *c);
+
+/* The process is about to confine its system calls (sandbox.h): every
+ * live connection's link settles on pass-through where it can
+ * (r2s__link_sandbox). */
+void r2s__conn_sandbox_all(void);
 
 /* pthread_atfork handlers. In the child, inherited connections keep working,
  * but the bytes the parent moved are the parent's, so their counts restart

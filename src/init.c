@@ -17,8 +17,10 @@
 #include "log.h"
 #include "options.h"
 #include "reaper.h"
+#include "sandbox.h"
 #include "stats.h"
 #include "statseg.h"
+#include "tcphist.h"
 #include "transport.h"
 
 int r2s__ready;
@@ -48,13 +50,42 @@ static void fork_child(void)
   r2s__conn_fork_child();
 }
 
+/* An inherited socket's first fd number, by inode. */
+typedef struct adopted_s {
+  dev_t dev;
+  ino_t ino;
+  int fd;
+} adopted_t;
+
+/* fd is a duplicate of a socket already adopted (an inetd-style server
+ * hands its worker one socket as fds 0 and 1): it gets the same
+ * connection, as dup() would have given it. */
+static bool adopt_duplicate(const adopted_t *seen, size_t n, const struct stat *st, int fd)
+{
+  for (size_t i = 0; i < n; i++) {
+    if (seen[i].dev != st->st_dev || seen[i].ino != st->st_ino) continue;
+    r2s_conn_t *c = r2s__fd_get(seen[i].fd);
+    if (c) {
+      r2s__fd_install(fd, c);
+      r2s__conn_put(c);
+    }
+    return true;
+  }
+  return false;
+}
+
 /* TCP sockets that came through exec (a forking server that execs its
- * worker, socket activation): track them like our own, on TCP. */
+ * worker, socket activation): track them like our own. One on which no
+ * byte was ever sent (inetd and sshd hand over a socket just accepted)
+ * may still upgrade; the others stay on TCP. */
 static void adopt_inherited_sockets(void)
 {
   DIR *d = opendir("/proc/self/fd");
   if (!d) return;
   int self = dirfd(d);
+  adopted_t *seen = NULL;
+  size_t n = 0, cap = 0;
+  bool full = false;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     char *end;
@@ -62,6 +93,7 @@ static void adopt_inherited_sockets(void)
     if (*end != '\0' || e->d_name[0] == '\0' || fd == self || fd < 0) continue;
     struct stat st;
     if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (adopt_duplicate(seen, n, &st, (int)fd)) continue;
     int domain = r2s__fd_tcp_domain((int)fd);
     if (domain < 0) continue;
     bool listening = r2s__sockopt_int((int)fd, SO_ACCEPTCONN) == 1;
@@ -72,11 +104,32 @@ static void adopt_inherited_sockets(void)
     if (!c) break;
     int fl = r2s__libc.fcntl((int)fd, F_GETFL);
     if (fl >= 0 && (fl & O_NONBLOCK)) r2s__conn_set_flag(c, R2S_CONN_NONBLOCK, true);
-    r2s__conn_adopted(c, (int)fd, connected);
+    if (n == cap && !full) {
+      size_t ncap = cap ? 2 * cap : 16;
+      adopted_t *more = realloc(seen, ncap * sizeof *more);
+      if (more) {
+        seen = more;
+        cap = ncap;
+      } else {
+        /* Duplicates found later get states of their own, so from here on
+         * only links that never send or switch (r2s__link_adopt). */
+        full = true;
+      }
+    }
+    /* Urgent bytes read inline (the earlier image's setting) would have
+     * put the peer's hello in the stream already. */
+    bool untouched =
+        connected && !full && r2s__sockopt_int((int)fd, SO_OOBINLINE) == 0 && r2s__tcp_never_sent((int)fd);
+    r2s__conn_adopted(c, (int)fd, connected, untouched);
     r2s__fd_install((int)fd, c);
     r2s__conn_put(c);
-    r2s__debug("adopted inherited TCP socket fd %ld (%s)", fd, listening ? "listener" : "stream");
+    r2s__debug("adopted inherited TCP socket fd %ld (%s)", fd,
+               listening   ? "listener"
+               : untouched ? "stream, nothing sent yet"
+                           : "stream");
+    if (!full) seen[n++] = (adopted_t){st.st_dev, st.st_ino, (int)fd};
   }
+  free(seen);
   closedir(d);
 }
 
@@ -132,6 +185,9 @@ __attribute__((destructor)) static void r2s_destructor(void)
   char line[2048];
   size_t n = r2s__stats_format(&s, line, sizeof line);
   int fd = 2;
+  /* A sandboxed process (sandbox.h) may not open the file, nor write on
+   * the application's stderr (see log.c): its counters are not reported. */
+  if (r2s__sandboxed()) return;
   if (r2s__opt.stats_file) {
     fd = r2s__open_raw(r2s__opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {

@@ -73,7 +73,9 @@
   X(epoll_pwait2, int, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *), 0)       \
   X(fork, pid_t, (void), 1)                                                                                  \
   X(close_range, int, (unsigned int, unsigned int, int), 0)                                                  \
-  X(closefrom, void, (int), 0)
+  X(closefrom, void, (int), 0)                                                                               \
+  X(prctl, int, (int, ...), 1)                                                                               \
+  X(syscall, long, (long, ...), 1)
 
 typedef struct r2s_libc_s {
 #define R2S_LIBC_FIELD(name, ret, params, required) ret(*name) params;

@@ -25,6 +25,7 @@
 #include "readiness.h"
 #include "reaper.h"
 #include "stats.h"
+#include "tcphist.h"
 
 _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "conn.h reads the flag at offset 0");
 
@@ -290,6 +291,33 @@ r2s_link_t *r2s__link_adopt(void)
   l->rx_consumed = 1;
   l->tcp_reason = R2S_REASON_INHERITED;
   return l;
+}
+
+bool r2s__link_sandbox(r2s_link_t *l)
+{
+  /* Another thread inside the link: leave it (and the process to the
+   * filter) rather than wait under the caller's locks. */
+  if (pthread_mutex_trylock(&l->rx_lock) != 0) return false;
+  if (pthread_mutex_trylock(&l->tx_lock) != 0) {
+    pthread_mutex_unlock(&l->rx_lock);
+    return false;
+  }
+  int rx = l->rx_state, tx = l->tx_state;
+  /* Nothing of the protocol is under way that only the shim's own calls
+   * (recvmsg, SIOCATMARK, MSG_OOB sends) could finish: no frame or ring in
+   * either direction, no control bytes owed, no bytes read ahead. */
+  bool quiet = (rx == R2S_RX_PROBE || rx == R2S_RX_PREMARK || rx == R2S_RX_PLAIN) && !l->rx_plain_pending &&
+               (tx == R2S_TX_PROBE || tx == R2S_TX_PLAIN) && !l->tp && l->tx_pending_len == 0 &&
+               r2s__readahead_len(&l->rx_ahead) == 0 && !l->interlude_owed && !l->app_oobinline && !FAILED(l);
+  if (quiet) {
+    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_SANDBOXED;
+    set_rx(l, R2S_RX_PLAIN);
+    set_tx(l, R2S_TX_PLAIN);
+    settle_plain(l);
+  }
+  pthread_mutex_unlock(&l->tx_lock);
+  pthread_mutex_unlock(&l->rx_lock);
+  return quiet;
 }
 
 void r2s__link_free(r2s_link_t *l)
@@ -622,6 +650,15 @@ static bool greet_locked(r2s_link_t *l, int fd)
   const unsigned char hello = hello_byte();
   if (!l->hello_owed) return true;
   if (l->tx_state != R2S_TX_PROBE) return false;
+  /* A socket that came through exec may be held by other processes too (a
+   * shell script serving a connection runs commands that write on it):
+   * only the first to write may begin the protocol. Another image's bytes
+   * are the kernel's to count, not ours. */
+  if (l->inherited && !r2s__tcp_never_sent(fd)) {
+    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_INHERITED;
+    set_tx(l, R2S_TX_PLAIN);
+    return false;
+  }
   if (l->tx_plain_bytes == 0 && k_send(fd, &hello, 1, MSG_OOB) == 1) {
     l->hello_owed = false;
     return true;
@@ -1854,7 +1891,7 @@ static bool aborts(int fd)
   return r2s__libc.getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff && lg.l_linger == 0;
 }
 
-void r2s__link_close(r2s_link_t *l, int fd)
+void r2s__link_close(r2s_link_t *l, int fd, bool used)
 {
   pthread_mutex_lock(&l->rx_lock);
   l->closing = true;
@@ -1928,7 +1965,8 @@ void r2s__link_close(r2s_link_t *l, int fd)
   pthread_mutex_unlock(&l->tx_lock);
   /* The peer's hello or frames may still be on their way to us: an orderly
    * close in the background (reaper.h). Unless the application left its
-   * own bytes unread: then the kernel's reset is what TCP does. */
+   * own bytes unread: then the kernel's reset is what TCP does. Nor for a
+   * socket we never used (link.h): others may still hold it. */
   /* While the peer's bytes come through the ring, whatever TCP still holds
    * (or brings between the drain above and now) is frames. So it is on
    * frames when the loop above stopped between two of them with no
@@ -1949,7 +1987,7 @@ void r2s__link_close(r2s_link_t *l, int fd)
      * kernel no longer has them, so it is asked to. */
     struct linger abort_now = {1, 0};
     (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
-  } else if (!peer_done && !peer_quiet && !FAILED(l) && !aborts(fd) &&
+  } else if (used && !peer_done && !peer_quiet && !FAILED(l) && !aborts(fd) &&
              (only_frames || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
     if (r2s__reaper_adopt(fd) == 0) R2S_STAT_INC(closes_reaped);
   }

@@ -104,6 +104,7 @@ struct r2s_link_s {
   bool tp_connected; /* transport connect() done (or not needed) */
   bool ready_owed;   /* READY still to be sent */
   bool hello_owed;   /* accepted: our hello waits for the peer's (greet_locked) */
+  bool inherited;    /* made for a socket inherited across exec untouched: others may hold it */
 
   /* the transport both directions use once agreed */
   const r2s_transport_t *tp;
@@ -119,6 +120,12 @@ struct r2s_link_s {
  * client never sees urgent data (docs/protocol.md, "Hello"). */
 r2s_link_t *r2s__link_start(int fd, bool accepted);
 void r2s__link_free(r2s_link_t *l);
+
+/* The process is about to confine its system calls (sandbox.h): a link on
+ * which nothing of the protocol is under way settles on plain TCP in both
+ * directions (pass-through), without a system call; returns whether it
+ * did. Links in the middle of a switch are left as they are. */
+bool r2s__link_sandbox(r2s_link_t *l);
 
 /* A link for a socket whose application set SO_OOBINLINE before it was
  * connected: no hello, and the peer's hello kept out of the data. */
@@ -262,8 +269,11 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd);
 int r2s__link_shutdown(r2s_link_t *l, int fd, int how);
 
 /* The last fd of the connection is being closed: flush control bytes,
- * tell the peer's producer we are gone. */
-void r2s__link_close(r2s_link_t *l, int fd);
+ * tell the peer's producer we are gone. used: this process moved bytes on
+ * it; one inherited across exec and never used here may still be another
+ * process's, so it gets no background close (whose FIN would end that
+ * process's direction too). */
+void r2s__link_close(r2s_link_t *l, int fd, bool used);
 
 /* The application uses urgent data: our send direction, if not yet
  * switched, stays plain for good. (The receive direction is the peer's to

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "libc.h"
+#include "sandbox.h"
 
 int r2s__log_level = R2S_LOG_WARN;
 
@@ -28,6 +29,10 @@ int r2s__write_all(int fd, const char *buf, size_t len)
 
 void r2s__log_write(int level, const char *fmt, ...)
 {
+  /* A sandboxed process's stderr is the application's to use under its
+   * own limits (OpenSSH's sets RLIMIT_FSIZE to 0: a write to a file there
+   * kills it with SIGXFSZ), so nothing of ours goes there. */
+  if (r2s__sandboxed()) return;
   int saved = errno;
   char line[512];
   int n = snprintf(line, sizeof line, "r2sock[%d]: %s: ", (int)getpid(),

@@ -55,8 +55,11 @@ typedef struct r2s_opt_ports_s {
 } r2s_opt_ports_t;
 /* Services from before SO_OOBINLINE was off everywhere: FTP control,
  * telnet, rexec/rlogin/rsh, klogin/kshell and telnets, whose plain peers may
- * read urgent data inline and would see our hello byte as data. */
-#define R2S_SKIP_PORTS_DEFAULT ((r2s_opt_ports_t){5, {{21, 21}, {23, 23}, {512, 514}, {543, 544}, {992, 992}}})
+ * read urgent data inline and would see our hello byte as data; and rsync's
+ * daemon, whose receiving side reads a connection in one process and
+ * writes it in another (README, "fork": the protocol cannot be shared). */
+#define R2S_SKIP_PORTS_DEFAULT                                                                               \
+  ((r2s_opt_ports_t){6, {{21, 21}, {23, 23}, {512, 514}, {543, 544}, {873, 873}, {992, 992}}})
 
 /* X(NAME, field, type, default, doc) */
 #define R2S_OPTIONS(X)                                                                                       \

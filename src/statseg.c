@@ -21,6 +21,7 @@
 #include "log.h"
 #include "options.h"
 #include "proc.h"
+#include "sandbox.h"
 #include "stats.h"
 
 _Static_assert(R2S_STAT_COUNT <= R2S_STATSEG_MAX_STATS, "the header has room for every counter");
@@ -44,6 +45,7 @@ static uint64_t reserved; /* bytes of the segment backed by allocated memory */
 static int reserve_through(uint64_t end)
 {
   if (end <= reserved) return 0;
+  if (r2s__sandboxed()) return -EPERM; /* no open(2) there: the slot goes unlisted */
   uint64_t to = (end + RESERVE_STEP - 1) / RESERVE_STEP * RESERVE_STEP;
   if (to > R2S_STATSEG_SIZE) to = R2S_STATSEG_SIZE;
   int fd = r2s__open_raw(seg_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
@@ -262,7 +264,9 @@ void r2s__statseg_open(r2s_conn_t *c)
   if (!r2s__opt.statseg || __atomic_load_n(&c->stat_slot, __ATOMIC_RELAXED) >= 0) return;
   __atomic_store_n(&c->stat_settled, 1, __ATOMIC_RELAXED); /* unless publish says otherwise */
   pthread_mutex_lock(&seg_lock);
-  if (!seg && !seg_failed) {
+  /* A sandboxed process (sandbox.h) makes no file: its connections are
+   * not listed. */
+  if (!seg && !seg_failed && !r2s__sandboxed()) {
     int rc = create_segment();
     if (rc < 0) {
       seg_failed = true;
@@ -356,11 +360,23 @@ void r2s__statseg_fork_child(void)
   pthread_mutex_unlock(&seg_lock);
 }
 
+void r2s__statseg_sandbox(void)
+{
+  pthread_mutex_lock(&seg_lock);
+  /* Gone from the directory now, while unlink(2) may still be called; the
+   * mapping stays, so the counting goes on unseen. */
+  if (seg && seg_name[0]) unlink(seg_name);
+  seg_name[0] = '\0';
+  pthread_mutex_unlock(&seg_lock);
+}
+
 void r2s__statseg_exit(void)
 {
   pthread_mutex_lock(&seg_lock);
   /* The mapping stays: other threads and later destructors may still count. */
-  if (seg && seg_name[0]) {
+  /* A sandboxed process unlinked its name on the way in and may make no
+   * call now (r2s__statseg_sandbox). */
+  if (seg && seg_name[0] && !r2s__sandboxed()) {
     unlink(seg_name);
     sweep_dead();
   }

@@ -57,4 +57,8 @@ void r2s__statseg_fork_child(void);
  * made after this. */
 void r2s__statseg_exit(void);
 
+/* The process is about to confine its system calls (sandbox.h): the
+ * segment's name goes now; nothing is listed or made from then on. */
+void r2s__statseg_sandbox(void);
+
 #endif

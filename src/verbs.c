@@ -11,6 +11,7 @@
 r2s_verbs_t r2s__verbs;
 
 static int load_rc = -ENOENT;
+static int loaded; /* atomic: load() succeeded */
 
 static void load(void)
 {
@@ -34,6 +35,7 @@ static void load(void)
 #undef R2S_VERBS_LOAD_OPTIONAL
   r2s__verbs = v;
   load_rc = 0;
+  __atomic_store_n(&loaded, 1, __ATOMIC_RELEASE);
 }
 
 int r2s__verbs_load(void)
@@ -41,6 +43,11 @@ int r2s__verbs_load(void)
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, load);
   return load_rc;
+}
+
+bool r2s__verbs_loaded(void)
+{
+  return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE) != 0;
 }
 
 int r2s__verbs_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr)

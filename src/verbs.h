@@ -18,6 +18,7 @@
 #define R2S_VERBS_H
 
 #include <infiniband/verbs.h>
+#include <stdbool.h>
 
 /* X(name, return type, parameter list) */
 #define R2S_VERBS_FUNCS(X)                                                                                   \
@@ -68,6 +69,8 @@ extern r2s_verbs_t r2s__verbs;
 #define R2S_V(name) (r2s__verbs.name)
 
 int r2s__verbs_load(void);
+/* Whether an earlier r2s__verbs_load() succeeded; never loads. */
+bool r2s__verbs_loaded(void);
 
 /* ibv_query_port() through the table (see the contract). */
 int r2s__verbs_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);

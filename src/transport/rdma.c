@@ -1028,7 +1028,9 @@ void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns)
 
 void r2s__rdma_exit(int ms)
 {
-  if (r2s__verbs_load() < 0) return;
+  /* Only a process that made an RDMA offer has anything to drain; the
+   * others (nearly all) must not load libibverbs just to exit. */
+  if (!r2s__verbs_loaded()) return;
   r2s__rdma_for_each(r2s__rdma_drain, (uint64_t)r2s__now_ns() + (uint64_t)ms * 1000000u);
 }
 

@@ -18,7 +18,8 @@ import argparse
 import random
 import socket
 import sys
-import threading
+
+from peer_streams import send_in_background
 
 
 def banner(nbytes, seed):
@@ -69,17 +70,7 @@ def client(args):
         print(f"banner_peer client: banner differs at byte {first}: got {got[first]:#04x}, expected {ban[first]:#04x}",
               file=sys.stderr)
         return 1
-    err = []
-
-    def send_all():
-        try:
-            s.sendall(payload)
-            s.shutdown(socket.SHUT_WR)
-        except OSError as e:
-            err.append(e)
-
-    t = threading.Thread(target=send_all)
-    t.start()
+    join = send_in_background(s, payload)
     received = 0
     with open(args.outfile, "wb") as out:
         while True:
@@ -88,10 +79,11 @@ def client(args):
                 break
             out.write(data)
             received += len(data)
-    t.join()
     s.close()
-    if err:
-        print(f"banner_peer client: send failed: {err[0]}", file=sys.stderr)
+    try:
+        join(60)
+    except AssertionError as e:
+        print(f"banner_peer client: {e}", file=sys.stderr)
         return 1
     print(f"banner_peer client: banner {len(ban)} bytes OK, sent {len(payload)}, echo {received} bytes", flush=True)
     return 0

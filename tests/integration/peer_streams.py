@@ -6,6 +6,7 @@ stream (imported by the
 import random
 import socket
 import sys
+import threading
 
 
 def stream(seed, n):
@@ -61,3 +62,29 @@ def recv_all(s):
         if not d:
             return bytes(got)
         got += d
+
+
+def send_in_background(s, data):
+    """Sends data, then shuts the sending side down, on a thread of its own
+    (so that the caller can read an echo meanwhile). Returns a function that
+    waits for it (at most timeout seconds) and raises what went wrong."""
+    failed = []
+
+    def run():
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        except OSError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+
+    def join(timeout):
+        t.join(timeout)
+        if t.is_alive():
+            raise AssertionError(f"sending {len(data)} bytes took over {timeout} s")
+        if failed:
+            raise AssertionError(f"sending failed: {failed[0]}")
+
+    return join

@@ -99,7 +99,7 @@ static void test_ports(void **state)
   (void)state;
   r2s_opt_ports_t p = R2S_SKIP_PORTS_DEFAULT;
   char buf[256];
-  assert_string_equal(r2s__format_ports(&p, buf, sizeof buf), "21,23,512-514,543-544,992");
+  assert_string_equal(r2s__format_ports(&p, buf, sizeof buf), "21,23,512-514,543-544,873,992");
   assert_true(r2s__ports_has(&p, 23) && r2s__ports_has(&p, 513) && r2s__ports_has(&p, 992));
   assert_false(r2s__ports_has(&p, 22) || r2s__ports_has(&p, 515) || r2s__ports_has(&p, 5201));
   assert_true(r2s__parse_ports("none", &p));
