@@ -44,12 +44,9 @@ N=$((64 << 20))
 
 shm_snapshot
 port=$(free_port)
-shim_at "$TMP/server-stats"
-SHIM=()
-start_server handover "$port" "${SHIM_AT[@]}" "$PY" "$PEER" server --port "$port" "${server_args[@]}" --seed 5
-shim_at "$TMP/client-stats"
-run_to "$TMP/client.out" 60 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --bytes "$N" "${client_args[@]}" \
-  --seed 5
+start_server_at handover "$port" "$TMP/server-stats" "$PY" "$PEER" server --port "$port" "${server_args[@]}" --seed 5
+run_to_at "$TMP/client.out" 60 "$TMP/client-stats" "$PY" "$PEER" client --port "$port" --bytes "$N" \
+  "${client_args[@]}" --seed 5
 wait_server handover 20
 grep -q "exec_handover_peer client: echoed=$N" "$TMP/client.out" || fail "client: $(tail -n 3 "$TMP/client.out")"
 [[ $mode == script ]] || grep -q "exec_handover_peer worker: echoed=$N" "$TMP/handover.log" ||

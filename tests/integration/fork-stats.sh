@@ -26,13 +26,10 @@ N=4
 PROGS=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs
 [[ -x $PROGS/fork_server && -x $PROGS/stream_check ]] || fail "tests/progs not built under $PROGS"
 
-shim_at "$TMP/server-stats"
 port=$(free_port)
-SHIM=()
-start_server fork-server "$port" "${SHIM_AT[@]}" "$PROGS/fork_server" --host 127.0.0.1 --port "$port" --conns "$N" \
-  --mode block "${exec_flag[@]}" --timeout 30
-shim_at "$TMP/client-stats"
-run_to "$TMP/client.out" 40 "${SHIM_AT[@]}" "$PROGS/stream_check" client --host 127.0.0.1 --port "$port" \
+start_server_at fork-server "$port" "$TMP/server-stats" "$PROGS/fork_server" --host 127.0.0.1 --port "$port" \
+  --conns "$N" --mode block "${exec_flag[@]}" --timeout 30
+run_to_at "$TMP/client.out" 40 "$TMP/client-stats" "$PROGS/stream_check" client --host 127.0.0.1 --port "$port" \
   --mode block --conns "$N" --bytes 4M --bidir --seed 41 --timeout 30
 wait_server fork-server 20
 grep -q "stream_check client: OK" "$TMP/client.out" || fail "client: $(tail -n 3 "$TMP/client.out")"

@@ -28,6 +28,10 @@
 #                  failure message shows FILE's tail. (Redirecting around
 #                  run() itself would also swallow fail()'s message and the
 #                  cleanup's log dump, which run inside the redirection.)
+#   start_server_at NAME PORT FILE CMD...
+#   run_to_at OUT SECS FILE CMD...
+#                  start_server and run_to with CMD under shim_at FILE: each
+#                  side's stats in a file of its own (see below)
 
 PLAIN=(env -u LD_PRELOAD)
 
@@ -79,6 +83,28 @@ run_to() {
   elif ((rc != 0)); then
     fail "exit status $rc (expected 0): $*; its output: $(tail -n 5 "$out")"
   fi
+}
+
+# start_server_at NAME PORT FILE CMD... and run_to_at OUT SECS FILE CMD...:
+# start_server and run_to with CMD under shim_at FILE. They exist for the
+# tests that check a server's and its client's counters apart, each side's
+# in a stats file of its own: one line a side instead of shim_at, a reset of
+# SHIM and the call. start_server_at leaves lib.sh's SHIM (stats in the
+# shared $STATS), which start_server would put in front of SHIM_AT's prefix,
+# off that server. SHIM and SHIM_AT are local: the caller's stay as they were.
+# shellcheck disable=SC2034 # the local SHIM is for start_server
+start_server_at() {
+  local name=$1 port=$2 SHIM=() SHIM_AT
+  shim_at "$3"
+  shift 3
+  start_server "$name" "$port" "${SHIM_AT[@]}" "$@"
+}
+
+run_to_at() {
+  local out=$1 secs=$2 SHIM_AT
+  shim_at "$3"
+  shift 3
+  run_to "$out" "$secs" "${SHIM_AT[@]}" "$@"
 }
 
 us_now() {

@@ -36,22 +36,21 @@ gid = root
 CONF
 
 shm_snapshot
-shim_at "$TMP/server-stats"
-SHIM=()
-start_server rsyncd "$port" "${SHIM_AT[@]}" rsync --daemon --no-detach --config="$TMP/rsyncd.conf"
-shim_at "$TMP/client-stats"
-run_to "$TMP/down.out" 60 "${SHIM_AT[@]}" rsync -a "rsync://127.0.0.1:$port/m/big" "$TMP/dst/"
+start_server_at rsyncd "$port" "$TMP/server-stats" rsync --daemon --no-detach --config="$TMP/rsyncd.conf"
+run_to_at "$TMP/down.out" 60 "$TMP/client-stats" rsync -a "rsync://127.0.0.1:$port/m/big" "$TMP/dst/"
 same_file "$TMP/src/big" "$TMP/dst/big"
-run_to "$TMP/up.out" 60 "${SHIM_AT[@]}" rsync -a "$TMP/src/big" "rsync://127.0.0.1:$port/up/"
+run_to_at "$TMP/up.out" 60 "$TMP/client-stats" rsync -a "$TMP/src/big" "rsync://127.0.0.1:$port/up/"
 same_file "$TMP/src/big" "$TMP/up/big"
 log "moved 2 x $size bytes byte-exact through an rsync daemon"
 stop_server rsyncd
 [[ -n $R2SOCK_LIB ]] || { log "plain run: no stats to check"; log PASS; exit 0; }
 
 STATS=$TMP/client-stats
-shm=$(stats_sum conn_shm) disabled=$(stats_sum tcp_disabled) failed=$(stats_sum tcp_failed)
-log "client: conn_seen=$(stats_sum conn_seen) conn_tcp=$(stats_sum conn_tcp) conn_shm=$shm tcp_disabled=$disabled" \
+seen=$(stats_sum conn_seen) shm=$(stats_sum conn_shm) disabled=$(stats_sum tcp_disabled) failed=$(stats_sum tcp_failed)
+log "client: conn_seen=$seen conn_tcp=$(stats_sum conn_tcp) conn_shm=$shm tcp_disabled=$disabled" \
   "tcp_failed=$failed"
+# conn_seen=2 also proves that the client wrote its stats: a missing file sums to 0.
+((seen == 2)) || fail "expected the client to count its 2 connections (conn_seen=2), saw $seen"
 ((shm == 0 && failed == 0)) || fail "expected no connection upgraded or failed, saw conn_shm=$shm tcp_failed=$failed"
 if [[ ${R2SOCK_UPGRADE:-auto} != never ]]; then
   ((disabled >= 2)) || fail "expected both connections kept on TCP by R2SOCK_SKIP_PORTS (tcp_disabled >= 2), saw $disabled"

@@ -29,11 +29,8 @@ N=$((32 << 10))
 
 shm_snapshot
 port=$(free_port)
-shim_at "$TMP/server-stats"
-SHIM=()
-start_server sandbox "$port" "${SHIM_AT[@]}" "$ECHO" --port "$port" --via "$via" --before 1000
-shim_at "$TMP/client-stats"
-run_to "$TMP/client.out" 30 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --bytes "$N" --seed 9
+start_server_at sandbox "$port" "$TMP/server-stats" "$ECHO" --port "$port" --via "$via" --before 1000
+run_to_at "$TMP/client.out" 30 "$TMP/client-stats" "$PY" "$PEER" client --port "$port" --bytes "$N" --seed 9
 wait_server sandbox 20
 grep -q "exec_handover_peer client: echoed=$N" "$TMP/client.out" || fail "client: $(tail -n 3 "$TMP/client.out")"
 grep -q "sandbox_echo: filter installed" "$TMP/sandbox.log" || fail "the server never installed its filter"

@@ -44,9 +44,7 @@ random_file "$TMP/in" 16M
 size=$(file_size "$TMP/in")
 
 shm_snapshot
-shim_at "$TMP/server-stats"
-SHIM=()
-start_server sshd "$port" "${SHIM_AT[@]}" "$SSHD" -D -e -f "$TMP/sshd_config"
+start_server_at sshd "$port" "$TMP/server-stats" "$SSHD" -D -e -f "$TMP/sshd_config"
 ssh_opts=(-F /dev/null -i "$TMP/user_key" -p "$port" -o BatchMode=yes -o StrictHostKeyChecking=no
   -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR)
 shim_at "$TMP/client-stats"
