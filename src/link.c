@@ -429,7 +429,7 @@ static void plain_sent_locked(r2s_link_t *l)
   settle_plain(l);
   if (l->plain_reason == R2S_REASON_APP_OOB)
     R2S_STAT_INC(oob_fallbacks);
-  else
+  else if (l->plain_reason == R2S_REASON_NO_RESOURCES)
     R2S_STAT_INC(room_fallbacks);
 }
 
@@ -488,12 +488,15 @@ static void send_doorbell_locked(r2s_link_t *l, int fd)
   }
 }
 
-/* Tells the peer we read its handshake but cannot use its ring. */
-static void send_decline_locked(r2s_link_t *l, int fd, uint64_t why)
+/* Tells the peer we read its handshake but cannot use its ring; false if
+ * the frame could not be queued. */
+static bool send_decline_locked(r2s_link_t *l, int fd, uint64_t why)
 {
   uint8_t f[R2S_FRAME_HDR_LEN + 8];
   r2s__frame_u64_encode(R2S_FRAME_DECLINE, why, f, sizeof f);
-  if (l->tx_data_left == 0 && queue_ctrl(l, f, sizeof f) == 0) (void)flush_ctrl(l, fd);
+  if (l->tx_data_left || queue_ctrl(l, f, sizeof f) < 0) return false;
+  (void)flush_ctrl(l, fd);
+  return true;
 }
 
 /* Tells the peer our end of the transport takes its writes (RDMA: our
@@ -527,7 +530,7 @@ static void connect_tp_locked(r2s_link_t *l, int fd)
                strerror(-rc));
     __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE);
     l->tcp_reason = rc == -ENOPROTOOPT ? R2S_REASON_UNREACHABLE : R2S_REASON_NO_RESOURCES;
-    send_decline_locked(l, fd, rc == -ENOPROTOOPT ? 1 : 2);
+    (void)send_decline_locked(l, fd, rc == -ENOPROTOOPT ? 1 : 2);
     return;
   }
   l->ready_owed = true;
@@ -726,6 +729,24 @@ static int switch_tx(r2s_link_t *l, int fd)
   return 0;
 }
 
+/* We declined the peer's ring for good, and the peer cannot use ours
+ * either: the same test fails on its side (another host or network
+ * namespace; for shared memory, a segment of another user). DATA frames
+ * would then carry the direction for the rest of its life at a cost to
+ * both ends (a cross-user redis-benchmark ran at 0.70x the rate of plain
+ * TCP), so a PLAIN frame right behind the DECLINE makes it plain TCP
+ * again, as after urgent data. Not after a shortage, which may hit one end
+ * only: the peer may still move into our ring, whose doorbells need a
+ * framed direction. Only behind our DECLINE, which tells the peer that we
+ * read past its mark. tx_lock held, no DATA frame half sent (try_ring_tx). */
+static void unframe_declined_locked(r2s_link_t *l, int fd, r2s_reason_t why)
+{
+  if (l->tx_state != R2S_TX_FRAMES || l->plain_unsent || queue_plain_locked(l, why) < 0) return;
+  r2s__debug("the peer's ring is out of reach (%s): the send direction goes back to plain TCP",
+             why == R2S_REASON_OTHER_USER ? "another user" : "another host");
+  (void)flush_ctrl(l, fd);
+}
+
 /* Once both rings are known, the send direction moves into the peer's
  * ring: a RING frame tells the peer where its reading continues. */
 static void try_ring_tx(r2s_link_t *l, int fd)
@@ -744,7 +765,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
   if (!TP(l)->reaches(&mine, &l->peer_hs)) { /* another host: DATA frames over TCP */
     __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE);
     l->tcp_reason = R2S_REASON_UNREACHABLE;
-    send_decline_locked(l, fd, 1);
+    if (send_decline_locked(l, fd, 1)) unframe_declined_locked(l, fd, R2S_REASON_UNREACHABLE);
     return;
   }
   int rc = TP(l)->attach(TPS(l), &l->peer_hs);
@@ -754,7 +775,9 @@ static void try_ring_tx(r2s_link_t *l, int fd)
     /* A peer running as another user cannot share memory with us: that is
      * the isolation working, not a shortage. */
     l->tcp_reason = (rc == -EACCES || rc == -EPERM) ? R2S_REASON_OTHER_USER : R2S_REASON_NO_RESOURCES;
-    send_decline_locked(l, fd, 2);
+    if (send_decline_locked(l, fd, 2) && l->tcp_reason == R2S_REASON_OTHER_USER &&
+        TP(l)->path == R2S_PATH_SHM)
+      unframe_declined_locked(l, fd, R2S_REASON_OTHER_USER);
     return;
   }
   uint8_t f[R2S_FRAME_HDR_LEN + 8];
@@ -1359,7 +1382,9 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         continue;
       }
       try_ring_tx(l, fd);
-      if (l->tx_state == R2S_TX_RING) continue;
+      /* Into the ring, or back to plain TCP behind a PLAIN frame (which may
+       * still wait in the queue: nothing may pass it). */
+      if (l->tx_state != R2S_TX_FRAMES || l->plain_unsent) continue;
       n = tx_frames(l, fd, iov, cnt, flags);
       if (n > 0) l->tx_frame_bytes += (uint64_t)n;
       break;

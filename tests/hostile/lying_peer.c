@@ -69,6 +69,7 @@ typedef struct liar_s {
   bool tcp_end;       /* EOF or reset seen */
   int tcp_err;
   bool got_hs, got_ring, got_decline;
+  bool rx_plain; /* after the server's PLAIN frame: raw TCP again */
   r2s_handshake_t peer_hs;
   /* frames bytes waiting to be sent */
   uint8_t tbuf[(1 << 16) + 64];
@@ -276,6 +277,11 @@ static bool parse(liar_t *l)
 {
   size_t off = 0;
   while (off < l->rlen) {
+    if (l->rx_plain) {
+      feed(l, l->rbuf + off, l->rlen - off);
+      off = l->rlen;
+      break;
+    }
     if (l->data_left) {
       size_t k = l->rlen - off < l->data_left ? l->rlen - off : l->data_left;
       feed(l, l->rbuf + off, k);
@@ -307,6 +313,11 @@ static bool parse(liar_t *l)
       l->got_decline = true;
     } else if (h.type == R2S_FRAME_READY) {
       l->got_ready = true;
+    } else if (h.type == R2S_FRAME_PLAIN) {
+      /* Only where the server declined our ring and never wrote into one:
+       * the stream goes on raw at once. */
+      if (r2s__frame_u64_decode(pl, h.len, &v) < 0 || v != 0 || l->in_on || !l->got_decline) return false;
+      l->rx_plain = true;
     }
     off += R2S_FRAME_HDR_LEN + h.len;
   }
@@ -560,9 +571,11 @@ typedef struct lie_s {
 
 static const lie_t lies[] = {
     {"honest-ring", EXPECT_VERIFIED, "no lie: both directions through shared-memory rings"},
-    {"honest-frames", EXPECT_VERIFIED, "no lie: no ring offered, DATA frames both ways"},
+    {"honest-frames", EXPECT_VERIFIED,
+     "no lie: no ring offered; the server declines, then PLAIN; we send frames"},
     {"ignored-frames", EXPECT_VERIFIED, "bogus CREDIT/FIN/DECLINE values and a doorbell storm mid-stream"},
-    {"plain-honest", EXPECT_VERIFIED, "no lie: the ring, then PLAIN at its end, then raw TCP (urgent-data fallback)"},
+    {"plain-honest", EXPECT_VERIFIED,
+     "no lie: the ring, then PLAIN at its end, then raw TCP (urgent-data fallback)"},
     {"tail-past", EXPECT_CLOSED, "our tail in the server's ring jumps past head + size"},
     {"tail-back", EXPECT_CLOSED, "our tail in the server's ring moves backwards"},
     {"head-past", EXPECT_CLOSED, "credits: the head of our ring jumps past the server's tail"},
@@ -570,7 +583,8 @@ static const lie_t lies[] = {
     {"ring-offset", EXPECT_CLOSED, "RING frame with an offset past the ring"},
     {"data-after-ring", EXPECT_CLOSED, "a DATA frame after RING"},
     {"plain-past", EXPECT_CLOSED, "PLAIN frame with an offset past anything written, then EOF"},
-    {"plain-past-late", EXPECT_CLOSED, "the same after our whole stream went as DATA frames: only the server's writer is left to read it"},
+    {"plain-past-late", EXPECT_CLOSED,
+     "the same after our whole stream went as DATA frames: only the server's writer is left to read it"},
     {"trunc-hdr-eof", EXPECT_CLOSED, "switch mark, 5 bytes of a frame header, EOF"},
     {"trunc-payload-eof", EXPECT_CLOSED, "switch mark, a HANDSHAKE cut short, EOF"},
     {"oversize-data", EXPECT_CLOSED, "a DATA frame of 256 KiB + 1"},
@@ -610,11 +624,13 @@ static const lie_t lies[] = {
     {"rdma-read", EXPECT_CLOSED, "RDMA READ of the server's ring: refused"},
     {"rdma-send", EXPECT_CLOSED, "a SEND with a payload into receives that have no buffer"},
     {"rdma-imm-garbage", EXPECT_VERIFIED, "200 writes with random immediates mid-stream"},
-    {"rdma-imm-tail", EXPECT_CLOSED, "as a peer with data immediates: an immediate whose tail is 1 GiB+ ahead"},
+    {"rdma-imm-tail", EXPECT_CLOSED,
+     "as a peer with data immediates: an immediate whose tail is 1 GiB+ ahead"},
     {"rdma-bad-rkey", EXPECT_CLOSED, "our offer names a wrong rkey for our ring"},
     {"rdma-ring-size", EXPECT_CLOSED, "our offer claims a ring twice the size we registered"},
     {"rdma-bad-qpn", EXPECT_VERIFIED, "our offer has a queue pair number past 24 bits: declined, frames"},
-    {"rdma-huge-ring", EXPECT_VERIFIED, "our offer claims a 1 GiB ring (the server's copy would pin 1 GiB): declined, frames"},
+    {"rdma-huge-ring", EXPECT_VERIFIED,
+     "our offer claims a 1 GiB ring (the server's copy would pin 1 GiB): declined, frames"},
     {"rdma-fit-odd", EXPECT_VERIFIED, "our FIT offer is not a power of two: declined, frames"},
     {"rdma-fit-small", EXPECT_VERIFIED,
      "no lie, a FIT offer of 4 KiB: the server uses 4 KiB of its ring for our bytes, every one verified"},
@@ -1167,6 +1183,12 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
       *ok = false;
     }
     if (!run_until(l, stream_done, 60)) *ok = false;
+    /* We offered nothing it could reach: its direction must not stay on
+     * DATA frames (docs/protocol.md, Transport). */
+    if (IS("honest-frames") && !l->rx_plain) {
+      fprintf(stderr, "lying_peer: expected the server's PLAIN frame behind its DECLINE\n");
+      *ok = false;
+    }
     return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
   }
   /* The rest lie on the frames or in the rings, then wait for the end. */

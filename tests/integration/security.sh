@@ -3,8 +3,10 @@
 # connections, both ends under the shim with R2SOCK_UPGRADE=now.
 #   usage: security.sh other-user|names
 #   other-user: the server runs as `nobody` (setpriv), the client as root:
-#               neither may map the other's ring, so the connection stays on
-#               TCP frames; 8 MiB each way verified, both ends count it in
+#               neither may map the other's ring, so each end, having
+#               declined the other's, sends its direction back to plain TCP
+#               (their debug logs say so; before, both stayed on TCP frames
+#               for good); 8 MiB each way verified, both ends count it in
 #               tcp_other_user and none in conn_shm. Needs root (skipped
 #               otherwise, with the reason).
 #   names:      during a live upgraded connection no /dev/shm/r2s-* name of
@@ -46,9 +48,10 @@ case $mode in
     command -v setpriv >/dev/null || skip "setpriv is not installed"
     setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$R2SOCK_LIB" ||
       skip "user nobody cannot read $R2SOCK_LIB (a parent directory is not world-searchable)"
-    serve setpriv --reuid=65534 --regid=65534 --clear-groups
+    serve setpriv --reuid=65534 --regid=65534 --clear-groups env R2SOCK_LOG=debug
     shim_at "$OUT/client.stats"
-    run_to "$OUT/client.log" 60 "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$PORT" --bytes 8M --bidir
+    R2SOCK_LOG=debug run_to "$OUT/client.log" 60 "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$PORT" \
+      --bytes 8M --bidir
     rc=0
     wait "$SPID" || rc=$?
     ((rc == 0)) || fail "the server (as nobody) failed with $rc: $(cat "$OUT/server.log")"
@@ -57,8 +60,11 @@ case $mode in
       shm=$(STATS=$OUT/$end.stats stats_sum conn_shm)
       ((ou == 1 && shm == 0)) ||
         fail "the $end should count the connection in tcp_other_user (saw $ou) and none in conn_shm (saw $shm)"
+      back=$(grep -c "ring is out of reach (another user): the send direction goes back to plain TCP" \
+        "$OUT/$end.log" || true)
+      ((back == 1)) || fail "the $end's send direction should have gone back to plain TCP once (debug log), saw $back"
     done
-    log "other-user: 8 MiB each way verified over TCP frames; both ends counted tcp_other_user=1, conn_shm=0"
+    log "other-user: 8 MiB each way verified; both ends counted tcp_other_user=1, conn_shm=0 and went back to plain TCP"
     ;;
   names)
     serve env R2SOCK_LOG=info

@@ -12,13 +12,19 @@
 #           the fix an empty read in front of RING set the link's end of
 #           stream, and the ring's first empty moment then ended it early
 #           ("premature EOF in the data").
-#   frames: the server runs as nobody (setpriv), so neither end may map the
-#           other's ring and both directions stay in DATA frames over TCP,
-#           where empty reads fall inside frames; both ends must count the
-#           connection in tcp_other_user and none in conn_shm. Needs root
-#           and the shim with rings (skipped otherwise, with the reason).
-# Three streams, one per I/O style of stream_check (blocking with a sender
-# thread, poll, edge-triggered epoll), both directions at once.
+#   frames: one end may offer only RDMA, on a device that does not exist,
+#           so it makes no offer and never sends its HANDSHAKE: the other
+#           end, which switched, sends the whole stream in DATA frames over
+#           TCP, where empty reads fall inside frames. Each I/O style runs
+#           twice, the client and then the server without a device, so that
+#           each end reads frames once (16 MiB each way); the end without
+#           a device must count tcp_no_device, neither end conn_shm, and the
+#           other end's debug log must say it switched. (Until 2026-11-27
+#           one end ran as another user for this; since then such ends go
+#           back to plain TCP.) Needs the shim with rings (skipped
+#           otherwise).
+# One stream per I/O style of stream_check (blocking with a sender thread,
+# poll, edge-triggered epoll), both directions at once.
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
@@ -28,34 +34,36 @@ mode=${1:?usage: zero-reads.sh ring|frames}
 SC=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/tests/progs/stream_check
 [[ -x $SC ]] || fail "stream_check not built: expected it at $SC (set R2SOCK_BUILD to the build dir)"
 BYTES=32M
-as_server=()
+NO_DEVICE=(env R2SOCK_TRANSPORT=rdma R2SOCK_DEVICE=r2s-no-such-device)
+FRAMER=(env R2SOCK_LOG=debug)
 case $mode in
   ring) ;;
   frames)
     needs_rings "nothing to check without the shim" "no ring is ever offered, so no DATA frame is sent"
-    [[ $(id -u) == 0 ]] || skip "running the server as nobody needs root"
-    command -v setpriv >/dev/null || skip "setpriv is not installed"
-    setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$R2SOCK_LIB" ||
-      skip "user nobody cannot read $R2SOCK_LIB (a parent directory is not world-searchable)"
-    as_server=(setpriv --reuid=65534 --regid=65534 --clear-groups)
-    # The server's stats file and log must be writable by nobody.
-    chmod 1777 "$TMP"
+    BYTES=16M
     ;;
   *) fail "unknown mode '$mode'" ;;
 esac
 
 shm_snapshot
 n=0
-for io in block poll nonblock-epoll-et; do
+runs=(block poll nonblock-epoll-et)
+[[ $mode == frames ]] && runs=(block:client block:server poll:client poll:server
+  nonblock-epoll-et:client nonblock-epoll-et:server)
+for r in "${runs[@]}"; do
+  io=${r%%:*} as_server=() as_client=()
+  if [[ $r == *:client ]]; then
+    as_server=("${FRAMER[@]}") as_client=("${NO_DEVICE[@]}")
+  elif [[ $r == *:server ]]; then
+    as_server=("${NO_DEVICE[@]}") as_client=("${FRAMER[@]}")
+  fi
+  [[ $r == *:* ]] && io=$io-${r#*:}
   port=$(free_port)
   n=$((n + 1))
-  shim_at "$TMP/server-$io.stats"
-  SHIM=()
-  start_server "sc-$io" "$port" "${as_server[@]}" "${SHIM_AT[@]}" "$SC" server --host 127.0.0.1 --port "$port" \
-    --mode "$io" --timeout 50
-  shim_at "$TMP/client-$io.stats"
-  run_to "$TMP/client-$io.out" 60 "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$port" --mode "$io" \
-    --bytes "$BYTES" --bidir --halfclose --zero-reads --seed "$((40 + n))" --timeout 50
+  start_server_at "sc-$io" "$port" "$TMP/server-$io.stats" "${as_server[@]}" "$SC" server --host 127.0.0.1 \
+    --port "$port" --mode "${r%%:*}" --timeout 50
+  run_to_at "$TMP/client-$io.out" 60 "$TMP/client-$io.stats" "${as_client[@]}" "$SC" client --host 127.0.0.1 \
+    --port "$port" --mode "${r%%:*}" --bytes "$BYTES" --bidir --halfclose --zero-reads --seed "$((40 + n))" --timeout 50
   wait_server "sc-$io" 20
   grep -q "stream_check client: OK .*flags=halfclose,bidir,zero-reads" "$TMP/client-$io.out" ||
     fail "$io: the client did not report OK with zero-reads: $(cat "$TMP/client-$io.out")"
@@ -64,11 +72,15 @@ for io in block poll nonblock-epoll-et; do
   log "$io: $(grep -h 'stream_check client' "$TMP/client-$io.out")"
   if [[ $mode == frames ]]; then
     for end in server client; do
-      ou=$(STATS=$TMP/$end-$io.stats stats_sum tcp_other_user)
       shm=$(STATS=$TMP/$end-$io.stats stats_sum conn_shm)
-      ((ou == 1 && shm == 0)) ||
-        fail "$io: the $end should count the connection in tcp_other_user (saw $ou) and none in conn_shm (saw $shm)"
+      ((shm == 0)) || fail "$io: the $end should have no connection on shared memory, saw conn_shm=$shm"
     done
+    bare=${r#*:}
+    [[ $bare == client ]] && framer=server framer_log=$TMP/sc-$io.log || framer=client framer_log=$TMP/client-$io.out
+    nd=$(STATS=$TMP/$bare-$io.stats stats_sum tcp_no_device)
+    ((nd == 1)) || fail "$io: the $bare (no device) should count its connection in tcp_no_device, saw $nd"
+    grep -q "debug: switched the send direction" "$framer_log" ||
+      fail "$io: the $framer never switched its send direction: its bytes were not in DATA frames"
   fi
   [[ -z $R2SOCK_LIB ]] || cat "$TMP/server-$io.stats" "$TMP/client-$io.stats" >>"$STATS"
 done
