@@ -369,7 +369,7 @@ void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected, bool untouched)
     r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
     if (l) l->inherited = true;
   } else if (connected) {
-    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_ADOPTED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
+    __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
     __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
   }
   if (listed) r2s__statseg_open(c);

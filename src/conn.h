@@ -62,7 +62,6 @@ typedef enum {
 #define R2S_CONN_NONBLOCK    0x1u  /* O_NONBLOCK on the open file description */
 #define R2S_CONN_ESTABLISHED 0x2u  /* connected (or accepted) and decided */
 #define R2S_CONN_CONNECTING  0x4u  /* nonblocking connect() in progress */
-#define R2S_CONN_ADOPTED     0x8u  /* inherited: another process counted it */
 #define R2S_CONN_APP_OOB     0x10u /* the application uses urgent data: never upgrade */
 #define R2S_CONN_OOBINLINE   0x20u /* ... and set SO_OOBINLINE */
 #define R2S_CONN_FORKED      0x40u /* shared with another process since a fork() */
