@@ -418,9 +418,9 @@ static int queue_ctrl(r2s_link_t *l, const void *p, size_t len)
 }
 
 /* Our PLAIN frame is all in the kernel: the send direction is plain TCP
- * from here on (r2s__link_send_oob, or a ring that could not grow). The
- * state first, then the flag: a lockless r2s__link_tx_in_ring never sees
- * the ring open in between. tx_lock held. */
+ * from here on (r2s__link_send_oob, a ring that could not grow, a peer out
+ * of reach). The state first, then the flag: a lockless
+ * r2s__link_tx_in_ring never sees the ring open in between. tx_lock held. */
 static void plain_sent_locked(r2s_link_t *l)
 {
   l->tcp_reason = l->plain_reason;
@@ -499,6 +499,25 @@ static bool send_decline_locked(r2s_link_t *l, int fd, uint64_t why)
   return true;
 }
 
+/* We declined the peer's ring for good, and the peer cannot use ours
+ * either: the same test fails on its side (another host or network
+ * namespace; for shared memory, a segment of another user), or it offered
+ * none (a HANDSHAKE without offers: it has no device or no room). DATA frames
+ * would then carry the direction for the rest of its life at a cost to
+ * both ends (a cross-user redis-benchmark ran at 0.70x the rate of plain
+ * TCP), so a PLAIN frame right behind the DECLINE makes it plain TCP
+ * again, as after urgent data. Not after a shortage, which may hit one end
+ * only: the peer may still move into our ring, whose doorbells need a
+ * framed direction. Only behind our DECLINE, which tells the peer that we
+ * read past its mark. tx_lock held, no DATA frame half sent (try_ring_tx). */
+static void unframe_declined_locked(r2s_link_t *l, int fd, r2s_reason_t why)
+{
+  if (l->tx_state != R2S_TX_FRAMES || l->plain_unsent || queue_plain_locked(l, why) < 0) return;
+  r2s__debug("the peer's ring is out of reach (%s): the send direction goes back to plain TCP",
+             why == R2S_REASON_OTHER_USER ? "another user" : "another host or namespace, or no ring offered");
+  (void)flush_ctrl(l, fd);
+}
+
 /* Tells the peer our end of the transport takes its writes (RDMA: our
  * queue pair is ready to receive), once no DATA frame is half sent. */
 static void send_ready_locked(r2s_link_t *l, int fd)
@@ -526,11 +545,14 @@ static void connect_tp_locked(r2s_link_t *l, int fd)
   if (!TP(l)->connect) return;
   int rc = TP(l)->connect(TPS(l), &l->peer_hs);
   if (rc < 0) {
-    r2s__debug("cannot connect the %s transport to the peer (%s): staying on TCP frames", TP(l)->name,
-               strerror(-rc));
+    r2s__debug("cannot connect the %s transport to the peer (%s)%s", TP(l)->name, strerror(-rc),
+               rc == -ENOPROTOOPT ? "" : ": staying on TCP frames");
     __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE);
     l->tcp_reason = rc == -ENOPROTOOPT ? R2S_REASON_UNREACHABLE : R2S_REASON_NO_RESOURCES;
-    (void)send_decline_locked(l, fd, rc == -ENOPROTOOPT ? 1 : 2);
+    /* No offer of our transport in the peer's handshake: it cannot take
+     * our writes either, so the direction goes plain as below. */
+    if (send_decline_locked(l, fd, rc == -ENOPROTOOPT ? 1 : 2) && rc == -ENOPROTOOPT)
+      unframe_declined_locked(l, fd, R2S_REASON_UNREACHABLE);
     return;
   }
   l->ready_owed = true;
@@ -607,16 +629,20 @@ static bool policy_allows_switch(const r2s_link_t *l)
   return l->tx_plain_bytes + l->rx_consumed >= r2s__opt.upgrade.after_bytes;
 }
 
-/* Our send direction stays plain (the application uses urgent data), but the
- * peer switched towards us and waits to learn that we read past its mark
- * before it may send urgent data of its own. Tell it inside a framed
- * interlude that ends at once: mark, HANDSHAKE without offers, DECLINE,
- * PLAIN. tx_lock held; the peer's shim reads all of it, its application
- * sees none of it. */
-static void send_interlude_locked(r2s_link_t *l, int fd)
+/* Our send direction stays plain (the application uses urgent data, or we
+ * had no ring to offer), but the peer switched towards us: it waits to
+ * learn that we read past its mark (before it may send urgent data of its
+ * own) and for our HANDSHAKE (its bytes go in DATA frames until then).
+ * Tell it inside a framed interlude that ends at once: mark, HANDSHAKE
+ * without offers, DECLINE, PLAIN; finding no offer, the peer turns its
+ * direction plain too. tx_lock held; the peer's shim reads all of it, its
+ * application sees none of it. Returns -EAGAIN while the socket has no room
+ * for the mark (still owed: no application byte may go before it, or a
+ * writer that keeps the socket full would never send it), else 0. */
+static int send_interlude_locked(r2s_link_t *l, int fd)
 {
   static const unsigned char mark = R2S_SWITCH_BYTE;
-  if (!l->interlude_owed || l->tx_state != R2S_TX_PLAIN) return;
+  if (!l->interlude_owed || l->tx_state != R2S_TX_PLAIN) return 0;
   /* Never after the application's own urgent byte: Linux keeps one urgent
    * pointer, so our mark would replace it and, if the peer's application
    * had not read that far yet, put its urgent byte into its stream as
@@ -625,20 +651,29 @@ static void send_interlude_locked(r2s_link_t *l, int fd)
    * Limitations). */
   if (l->app_urgent_sent) {
     l->interlude_owed = false;
-    return;
+    return 0;
   }
   r2s_handshake_t hs;
   memset(&hs, 0, sizeof hs);
   hs.version = hs.min_version = R2S_PROTO_VERSION;
   uint8_t buf[160];
   int len = r2s__handshake_encode(&hs, buf, sizeof buf);
-  len += r2s__frame_u64_encode(R2S_FRAME_DECLINE, 3, buf + len, sizeof buf - (size_t)len);
+  len += r2s__frame_u64_encode(R2S_FRAME_DECLINE, l->app_oob ? 3 : 2, buf + len, sizeof buf - (size_t)len);
   len += r2s__frame_u64_encode(R2S_FRAME_PLAIN, 0, buf + len, sizeof buf - (size_t)len);
-  if ((size_t)len > sizeof l->tx_pending - l->tx_pending_len || k_send(fd, &mark, 1, MSG_OOB) != 1) return;
+  if ((size_t)len > sizeof l->tx_pending - l->tx_pending_len) return -EAGAIN; /* flushed first */
+  ssize_t n = k_send(fd, &mark, 1, MSG_OOB);
+  if (n == -EAGAIN || n == -ENOBUFS || n == 0) return -EAGAIN;
+  if (n < 0) { /* a broken socket: nothing left to tell, the write reports it */
+    l->interlude_owed = false;
+    return 0;
+  }
   queue_ctrl(l, buf, (size_t)len);
   (void)flush_ctrl(l, fd);
   l->interlude_owed = false;
   l->interlude_sent = true;
+  r2s__debug("told the peer that our send direction stays on plain TCP (%s)",
+             l->app_oob ? "the application uses urgent data" : "no ring to offer");
+  return 0;
 }
 
 /* An accepting end owes its hello until the peer's has come or its own
@@ -694,6 +729,7 @@ static int switch_tx(r2s_link_t *l, int fd)
   if (rc < 0) {
     r2s__debug("no %s ring to offer (%s): sending over TCP", tp->name, strerror(-rc));
     l->tcp_reason = (rc == -ENODEV || rc == -ENOENT) ? R2S_REASON_NO_DEVICE : R2S_REASON_NO_RESOURCES;
+    l->no_offer = true;
     set_tx(l, R2S_TX_PLAIN);
     return rc;
   }
@@ -729,24 +765,6 @@ static int switch_tx(r2s_link_t *l, int fd)
   return 0;
 }
 
-/* We declined the peer's ring for good, and the peer cannot use ours
- * either: the same test fails on its side (another host or network
- * namespace; for shared memory, a segment of another user). DATA frames
- * would then carry the direction for the rest of its life at a cost to
- * both ends (a cross-user redis-benchmark ran at 0.70x the rate of plain
- * TCP), so a PLAIN frame right behind the DECLINE makes it plain TCP
- * again, as after urgent data. Not after a shortage, which may hit one end
- * only: the peer may still move into our ring, whose doorbells need a
- * framed direction. Only behind our DECLINE, which tells the peer that we
- * read past its mark. tx_lock held, no DATA frame half sent (try_ring_tx). */
-static void unframe_declined_locked(r2s_link_t *l, int fd, r2s_reason_t why)
-{
-  if (l->tx_state != R2S_TX_FRAMES || l->plain_unsent || queue_plain_locked(l, why) < 0) return;
-  r2s__debug("the peer's ring is out of reach (%s): the send direction goes back to plain TCP",
-             why == R2S_REASON_OTHER_USER ? "another user" : "another host");
-  (void)flush_ctrl(l, fd);
-}
-
 /* Once both rings are known, the send direction moves into the peer's
  * ring: a RING frame tells the peer where its reading continues. */
 static void try_ring_tx(r2s_link_t *l, int fd)
@@ -762,7 +780,7 @@ static void try_ring_tx(r2s_link_t *l, int fd)
   r2s_handshake_t mine;
   memset(&mine, 0, sizeof mine);
   if (r2s__hostid(&me) == 0) memcpy(mine.boot_id, me.boot_id, 16), mine.netns = me.netns;
-  if (!TP(l)->reaches(&mine, &l->peer_hs)) { /* another host: DATA frames over TCP */
+  if (!TP(l)->reaches(&mine, &l->peer_hs)) { /* another host or namespace, or no offer */
     __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE);
     l->tcp_reason = R2S_REASON_UNREACHABLE;
     if (send_decline_locked(l, fd, 1)) unframe_declined_locked(l, fd, R2S_REASON_UNREACHABLE);
@@ -819,8 +837,11 @@ static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t le
   pthread_mutex_lock(&l->tx_lock);
   if (l->tx_state == R2S_TX_PROBE && policy_allows_switch(l) && !l->closing) (void)switch_tx(l, fd);
   connect_tp_locked(l, fd);
-  if (l->tx_state == R2S_TX_PLAIN && l->app_oob) l->interlude_owed = true;
-  send_interlude_locked(l, fd);
+  /* The peer switched and waits for our HANDSHAKE, which an end that uses
+   * urgent data or has no ring to offer never sends: the interlude tells
+   * it (without offers, so its direction goes plain too). */
+  if (l->tx_state == R2S_TX_PLAIN && (l->app_oob || l->no_offer)) l->interlude_owed = true;
+  (void)send_interlude_locked(l, fd);
   try_ring_tx(l, fd);
   pthread_mutex_unlock(&l->tx_lock);
   return 0;
@@ -1413,8 +1434,14 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       }
       break;
     }
-    default:
-      n = tx_plain(fd, iov, cnt, flags);
+    default: {
+      /* An interlude still owed (its mark found the socket full) or half
+       * sent goes first: no application byte may land inside its frames. */
+      int rc = l->tx_pending_len ? flush_ctrl(l, fd) : 0;
+      if (!rc) rc = send_interlude_locked(l, fd);
+      if (!rc && l->tx_pending_len) rc = flush_ctrl(l, fd);
+      n = rc == -EAGAIN ? rc : tx_plain(fd, iov, cnt, flags);
+    }
     }
   }
   pthread_mutex_unlock(&l->tx_lock);
@@ -1435,7 +1462,7 @@ void r2s__link_app_oob(r2s_link_t *l, int fd)
     set_tx(l, R2S_TX_PLAIN);
     if (rx == R2S_RX_FRAMES || rx == R2S_RX_RING) l->interlude_owed = true;
   }
-  if (fd >= 0) send_interlude_locked(l, fd);
+  if (fd >= 0) (void)send_interlude_locked(l, fd);
   settle_plain(l);
   pthread_mutex_unlock(&l->tx_lock);
 }
@@ -1478,7 +1505,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
     settle_plain(l);
     st = R2S_TX_PLAIN;
   }
-  send_interlude_locked(l, fd);
+  (void)send_interlude_locked(l, fd);
   if (st == R2S_TX_PLAIN && !l->interlude_sent && !l->interlude_owed) {
     l->app_urgent_sent = true; /* before it leaves: no interlude may follow */
     pthread_mutex_unlock(&l->tx_lock);
@@ -1488,6 +1515,8 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   /* The peer must be past our switch mark before a new urgent pointer can
    * replace it (Linux keeps one): wait for its RING or DECLINE. */
   while (!l->peer_passed_mark && !FAILED(l)) {
+    /* Our interlude, or its rest, if the socket was full. */
+    if (send_interlude_locked(l, fd) == 0) (void)flush_ctrl(l, fd);
     pthread_mutex_unlock(&l->tx_lock);
     pump_from_sender(l, fd, true);
     pthread_mutex_lock(&l->tx_lock);

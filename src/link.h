@@ -89,6 +89,7 @@ struct r2s_link_s {
   uint64_t tx_plain_bytes;                 /* sent over plain TCP before the switch */
   uint64_t tx_frame_bytes;                 /* sent in DATA frames since the last probe */
   bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
+  bool no_offer;                           /* our switch had no ring to offer: the direction is plain */
   int64_t framed_at;                       /* when the send direction switched to frames (ns) */
   bool ring_unsent;                        /* our RING frame is not all in the kernel: nothing goes into the ring */
   bool plain_unsent;                       /* our PLAIN frame is not all in the kernel: no byte goes behind it */

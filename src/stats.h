@@ -37,9 +37,9 @@
   X(tcp_app_oob, "stayed on TCP: the application uses urgent data")                                          \
   X(tcp_failed, "reset after a protocol error from the peer")                                                \
   X(tcp_no_hello, "stayed on TCP: the hello could not be sent")                                              \
-  X(tcp_other_user, "stayed on TCP frames: the peer runs as another user")                                   \
-  X(tcp_no_device, "stayed on TCP: a remote peer, and no RDMA device for the connection's address")           \
-  X(tcp_short, "stayed on TCP: ended before moving the R2SOCK_UPGRADE size (auto: 64K)")                    \
+  X(tcp_other_user, "stayed on TCP: the peer runs as another user")                                          \
+  X(tcp_no_device, "stayed on TCP: a remote peer, and no RDMA device for the connection's address")          \
+  X(tcp_short, "stayed on TCP: ended before moving the R2SOCK_UPGRADE size (auto: 64K)")                     \
   X(reset_protocol, "connections reset because the peer broke the protocol (a bad frame or ring index)")     \
   X(reset_rdma, "RDMA connections reset: a work request, the queue pair or the device failed")               \
   X(rdma_drain_failed, "RDMA closes whose last writes went unacknowledged (the peer was gone)")              \
@@ -57,9 +57,9 @@
   X(waits_woke_early, "sleeps of a blocked send or receive that woke with no room or bytes for it yet")      \
   X(waits_nap, "times a blocked reader of a stream napped: slept briefly without asking for a doorbell")     \
   X(doorbells, "doorbell frames sent to wake a sleeping peer")                                               \
-  X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")              \
+  X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")             \
   X(room_fallbacks, "directions sent back to plain TCP because their ring could not grow (/dev/shm full)")   \
-  X(exit_lingered, "connections still being finished at exit, handed to a lingering process")               \
+  X(exit_lingered, "connections still being finished at exit, handed to a lingering process")                \
   X(closes_reaped, "closes finished in the background, as the peer might still send frames (reaper)")
 
 typedef enum {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Resource limits and a reset control connection, both ends under the shim.
-#   usage: fault-limits.sh nofile|as|shm-full|shm-tight|reset
+# Resource limits, a missing device and a reset control connection, both
+# ends under the shim.
+#   usage: fault-limits.sh nofile|as|shm-full|shm-tight|no-device|reset
 #   nofile:   the client runs with an RLIMIT_NOFILE that leaves room for
 #             its socket and nothing more: no ring can be made or mapped
 #   as:       the client runs with RLIMIT_AS of 800 MB and rings of 1 GiB:
@@ -13,6 +14,17 @@
 #             rings (and both processes' stats segments, up to 64 KiB
 #             each) but never for all of either (512 KiB), whose rest each
 #             producer reserves in doubling steps as its bytes go on
+#   no-device: one end may use only RDMA, on a device that does not exist,
+#             so it has no ring to offer; the other end switches and
+#             offers its own. Run twice, the client and then the server
+#             without the device. The end without it must tell its peer
+#             (the urgent-data interlude: a HANDSHAKE without offers,
+#             DECLINE, PLAIN; its log says so), and the peer must send its
+#             direction back to plain TCP (its log says so, its stats count
+#             tcp_unreachable); no ring on either end, 8 MiB each way
+#             verified. Before 2026-11-27 the peer never heard of it and
+#             sent DATA frames for the whole connection, reading ahead of
+#             them for a HANDSHAKE that never came.
 #   reset:    a live upgraded connection whose TCP socket is destroyed under
 #             it (ss -K, a reset to the peer); skipped if the kernel lacks
 #             socket destruction (CONFIG_INET_DIAG_DESTROY)
@@ -30,7 +42,7 @@ source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
 source "$(dirname "$0")/mixed-lib.sh"
 
-mode=${1:?usage: fault-limits.sh nofile|as|shm-full|shm-tight|reset}
+mode=${1:?usage: fault-limits.sh nofile|as|shm-full|shm-tight|no-device|reset}
 needs_rings "limits are the shim's business: nothing to check without it" "no ring is ever made, so no limit can bite"
 
 # pair PREFIX_SERVER PREFIX_CLIENT BYTES: server and client (each prefix a
@@ -130,6 +142,36 @@ EOF
         log "shm-tight: the $end sent $ring bytes through the ring, then $tcp over TCP (room_fallbacks=$back)"
       done
     fi
+    ;;
+  no-device)
+    bare="env R2SOCK_TRANSPORT=rdma R2SOCK_DEVICE=r2s-no-such-device R2SOCK_LOG=debug"
+    for lacking in client server; do
+      if [[ $lacking == client ]]; then
+        pair "env R2SOCK_LOG=debug" "$bare" 8M
+        other=server
+      else
+        pair "$bare" "env R2SOCK_LOG=debug" 8M
+        other=client
+      fi
+      ((CRC == 0 && SRC == 0)) ||
+        fail "no-device ($lacking): expected both ends to verify the stream, got client $CRC, server $SRC: $(cat "$TMP/client.log" "$TMP/server.log")"
+      nd=$(STATS=$TMP/$lacking.stats stats_sum tcp_no_device)
+      un=$(STATS=$TMP/$other.stats stats_sum tcp_unreachable)
+      shm=$(STATS=$TMP/client.stats stats_sum conn_shm)
+      shm=$((shm + $(STATS=$TMP/server.stats stats_sum conn_shm)))
+      ((nd == 1 && un == 1 && shm == 0)) ||
+        fail "no-device ($lacking): expected tcp_no_device=1 on the $lacking, tcp_unreachable=1 on the $other and no ring, saw $nd, $un and conn_shm=$shm: $(cat "$TMP/client.stats" "$TMP/server.stats")"
+      grep -q "debug: told the peer that our send direction stays on plain TCP (no ring to offer)" "$TMP/$lacking.log" ||
+        fail "no-device ($lacking): the $lacking did not tell its peer: $(grep debug "$TMP/$lacking.log" | tail -n 5)"
+      grep -q "debug: switched the send direction" "$TMP/$other.log" ||
+        fail "no-device ($lacking): the $other never switched: nothing was tested: $(grep debug "$TMP/$other.log" | tail -n 5)"
+      grep -q "debug: the peer's ring is out of reach (.*no ring offered): the send direction goes back to plain TCP" \
+        "$TMP/$other.log" ||
+        fail "no-device ($lacking): the $other's direction did not go back to plain TCP: $(grep debug "$TMP/$other.log" | tail -n 5)"
+      log "no-device ($lacking): the $lacking told the $other, whose direction went back to plain TCP; 8 MiB each way verified"
+      cat "$TMP/client.stats" "$TMP/server.stats" >>"$TMP/all.stats"
+      rm -f "$TMP/client.stats" "$TMP/server.stats"
+    done
     ;;
   reset)
     command -v ss >/dev/null || skip "ss is not installed"

@@ -32,6 +32,10 @@
 #   run_to_at OUT SECS FILE CMD...
 #                  start_server and run_to with CMD under shim_at FILE: each
 #                  side's stats in a file of its own (see below)
+#   FRAMER, FRAMED_TO, needs_lasting_frames,
+#   check_frames_kept LABEL FRAMER_STATS FRAMER_LOG PEER_STATS
+#                  a send direction kept on DATA frames for the whole
+#                  connection, and the check that it was (see below)
 
 PLAIN=(env -u LD_PRELOAD)
 
@@ -105,6 +109,51 @@ run_to_at() {
   shim_at "$3"
   shift 3
   run_to "$out" "$secs" "${SHIM_AT[@]}" "$@"
+}
+
+# ---- a send direction on DATA frames for good ------------------------------
+# A direction carries DATA frames from its switch until the peer's ring is
+# known: for the first bytes of most connections. The frames variants of
+# idle-wait and zero-reads need one that stays framed. One does when its end
+# cannot map the peer's ring for a shortage of its own: the peer may still
+# send through ours (and its doorbells need our framed direction), so the
+# direction is not sent back to plain TCP (src/link.c, try_ring_tx). An end
+# run with FRAMER lives under an address-space limit (800 MB) that its own
+# ring fits in and the 1 GiB ring of its peer, run with FRAMED_TO, does not:
+# the mapping fails with ENOMEM. (Until 2026-11-27 the framed direction came
+# from an end that made no offer; such an end now tells its peer, and both
+# directions go plain.) A sanitizer runtime reserves terabytes of address
+# space at start: needs_lasting_frames skips there.
+# shellcheck disable=SC2034 # for the caller
+FRAMER=(prlimit --as=800000000 -- env R2SOCK_LOG=debug)
+# shellcheck disable=SC2034 # for the caller
+FRAMED_TO=(env R2SOCK_RING_SIZE=1G)
+
+needs_lasting_frames() {
+  [[ -z ${R2S_SANITIZER_RT:-} ]] ||
+    skip "a sanitizer runtime reserves terabytes of address space: no RLIMIT_AS keeps one ring out and lets it start"
+}
+
+# check_frames_kept LABEL FRAMER_STATS FRAMER_LOG PEER_STATS: the framer
+# switched, could not map its peer's ring and sent all its bytes over TCP
+# (its log says why and never that the direction went back to plain TCP);
+# the peer sent through the framer's ring. (Each end counts the connection
+# in conn_shm: one of its directions went through a ring.)
+check_frames_kept() {
+  local label=$1 fstats=$2 flog=$3 pstats=$4 f_ring f_tcp p_ring
+  f_ring=$(STATS=$fstats stats_sum bytes_shm_tx)
+  f_tcp=$(STATS=$fstats stats_sum bytes_tcp_tx)
+  p_ring=$(STATS=$pstats stats_sum bytes_shm_tx)
+  ((f_ring == 0 && f_tcp > 0 && p_ring > 0)) ||
+    fail "$label: expected the framer to send nothing through a ring and its peer to send through one, saw the framer's bytes_shm_tx=$f_ring bytes_tcp_tx=$f_tcp and the peer's bytes_shm_tx=$p_ring: $(cat "$fstats" "$pstats")"
+  grep -q "debug: switched the send direction" "$flog" ||
+    fail "$label: the framer never switched its send direction: its bytes were not in DATA frames"
+  grep -q "cannot attach the peer's ring (Cannot allocate memory): staying on TCP frames" "$flog" ||
+    fail "$label: the framer did not say that the peer's ring was out of its address space: $(grep debug "$flog" | tail -n 5)"
+  if grep -q "goes back to plain TCP" "$flog"; then
+    fail "$label: the framer's direction went back to plain TCP: $(grep debug "$flog" | tail -n 5)"
+  fi
+  log "$label: the framer sent $f_tcp bytes in DATA frames, its peer $p_ring through the framer's ring"
 }
 
 us_now() {

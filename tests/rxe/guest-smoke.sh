@@ -23,7 +23,8 @@
 #   6. resources: with a memlock limit too small for the rings (and without
 #      CAP_IPC_LOCK), both ends stay on TCP, bytes verified, and the stats
 #      count tcp_no_resources; an end that may pin without bound (wide
-#      rings) and one with a limit agree on rings the limited one can pin
+#      rings) and one with a limit agree on rings the limited one can pin;
+#      an end without a device has its peer send over plain TCP too
 # Skipped (3-5) when R2SOCK_LIB is empty (library not built).
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
@@ -222,6 +223,23 @@ memlock_pair() {
 ( memlock_pair ) || fail "memlock: the stream over TCP failed"
 step "memlock: both ends stayed on TCP and said why" r2s_stats_check /xfer/stats.memlock 2 tcp_no_resources 1
 step "memlock: warned about registration" grep -q 'memory registration' "$LOGDIR/memlock.server.log"
+
+# An end that may use only RDMA, on a device that does not exist, has no
+# ring to offer: it tells its peer (the urgent-data interlude, a HANDSHAKE
+# without offers), and the peer, which switched and offered rxe0, finds no
+# RDMA offer and sends its direction back to plain TCP. Before 2026-11-27
+# the peer's direction stayed on DATA frames for the whole connection.
+rm -f /xfer/stats.nodev.server /xfer/stats.nodev.client
+serve_and_connect no-device 7005 \
+  "env $RDMA_ENV R2SOCK_LOG=debug R2SOCK_STATS_FILE=/xfer/stats.nodev.server $SC server --host $IP --port 7005 --once --timeout 60" \
+  "env $RDMA_ENV R2SOCK_DEVICE=r2s-no-such-device R2SOCK_LOG=debug R2SOCK_STATS_FILE=/xfer/stats.nodev.client $SC client --host $IP --port 7005 --bytes 4M --bidir --timeout 60"
+step "no-device: the client counted tcp_no_device" r2s_stats_check /xfer/stats.nodev.client 1 tcp_no_device 1 1
+step "no-device: the server counted tcp_unreachable" r2s_stats_check /xfer/stats.nodev.server 1 tcp_unreachable 1 1
+step "no-device: the client told the server" \
+  grep -q 'told the peer that our send direction stays on plain TCP (no ring to offer)' "$LOGDIR/no-device.client.log"
+step "no-device: the server's direction went back to plain TCP" \
+  grep -q "the peer's ring is out of reach (.*no ring offered): the send direction goes back to plain TCP" \
+  "$LOGDIR/no-device.server.log"
 
 # Rings fitted to both ends' limits (docs/protocol.md, "RDMA ring fit"):
 # the server may pin without bound (root) and offers a wide 8 MiB ring;
