@@ -158,16 +158,6 @@ static uint32_t timeval_ms(const void *val, socklen_t len)
   return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
 }
 
-/* Once the shim's frames travel on the socket, TCP_NODELAY and TCP_CORK
- * are the shim's (link.c turns Nagle off for its doorbells); the
- * application's values are kept and reported back to it. */
-static bool shim_owns_tcp_opts(r2s_conn_t *c)
-{
-  r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
-  int tx = l ? __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) : R2S_TX_PLAIN;
-  return tx == R2S_TX_FRAMES || tx == R2S_TX_RING;
-}
-
 R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
   r2s_conn_t *c = wrap_lookup(fd);
@@ -180,16 +170,13 @@ R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
     wrap_put(c);
     return 0;
   }
-  if (c && level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK) && val && len >= sizeof(int)) {
-    int8_t v = *(const int *)val != 0;
-    if (name == TCP_NODELAY)
-      c->app_nodelay = v;
-    else
-      c->app_cork = v;
-    if (shim_owns_tcp_opts(c)) {
-      wrap_put(c);
-      return 0;
-    }
+  /* Once the shim's frames travel on the socket, TCP_NODELAY and TCP_CORK
+   * are the shim's: the link keeps the application's aside. */
+  r2s_link_t *l = c ? __atomic_load_n(&c->link, __ATOMIC_ACQUIRE) : NULL;
+  if (l && level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK) && val && len >= sizeof(int)) {
+    int rc = r2s__link_set_tcp_opt(l, fd, name, *(const int *)val);
+    wrap_put(c);
+    return rc;
   }
   int rc = r2s__libc.setsockopt(fd, level, name, val, len);
   if (!c) return rc;
@@ -212,11 +199,10 @@ R2S_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
   r2s_conn_t *c = wrap_lookup(fd);
   int rc = r2s__libc.getsockopt(fd, level, name, val, len);
   if (!c) return rc;
-  if (rc == 0 && level == IPPROTO_TCP && *len >= sizeof(int) && shim_owns_tcp_opts(c)) {
-    if (name == TCP_NODELAY)
-      *(int *)val = c->app_nodelay > 0;
-    else if (name == TCP_CORK)
-      *(int *)val = c->app_cork > 0;
+  r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+  if (rc == 0 && l && level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK) && *len >= sizeof(int)) {
+    int v = r2s__link_tcp_opt(l, name);
+    if (v >= 0) *(int *)val = v;
   }
   /* While the shim keeps the kernel's SO_OOBINLINE off, the application
    * still sees the value it set. */

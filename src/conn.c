@@ -137,7 +137,6 @@ r2s_conn_t *r2s__conn_new(int domain, r2s_role_t role, int fd)
   c->role = role;
   c->fd_hint = fd;
   c->path = R2S_PATH_TCP;
-  c->app_nodelay = c->app_cork = -1;
   c->ctr = &c->own;
   c->stat_slot = -1;
   c->stat_settled = 1;

@@ -81,7 +81,6 @@ struct r2s_conn_s {
   uint32_t nfds;                     /* atomic: fd-table slots pointing here */
   uint32_t rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO / SO_SNDTIMEO, 0 = none */
   uint32_t counted;                  /* atomic: its path/reason went into the stats */
-  int8_t app_nodelay, app_cork;      /* the application's TCP_NODELAY/TCP_CORK, -1: never set */
   r2s_link_t *link;                  /* the upgrade protocol; NULL: plain TCP for good */
   /* Bytes moved per path, and sleeps; relaxed atomics, folded into the
    * stats at the end. ctr points to own, or to the connection's slot in the

@@ -420,11 +420,15 @@ static int queue_ctrl(r2s_link_t *l, const void *p, size_t len)
 /* Our PLAIN frame is all in the kernel: the send direction is plain TCP
  * from here on (r2s__link_send_oob, a ring that could not grow, a peer out
  * of reach). The state first, then the flag: a lockless
- * r2s__link_tx_in_ring never sees the ring open in between. tx_lock held. */
-static void plain_sent_locked(r2s_link_t *l)
+ * r2s__link_tx_in_ring never sees the ring open in between. The kernel gets
+ * the application's TCP_NODELAY and TCP_CORK back (switch_tx set its own).
+ * tx_lock held. */
+static void plain_sent_locked(r2s_link_t *l, int fd)
 {
   l->tcp_reason = l->plain_reason;
   set_tx(l, R2S_TX_PLAIN);
+  if (!l->tcp_nodelay) (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &l->tcp_nodelay, sizeof(int));
+  if (l->tcp_cork) (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &l->tcp_cork, sizeof(int));
   __atomic_store_n(&l->plain_unsent, false, __ATOMIC_RELEASE);
   settle_plain(l);
   if (l->plain_reason == R2S_REASON_APP_OOB)
@@ -460,7 +464,7 @@ static int flush_ctrl(r2s_link_t *l, int fd)
     l->tx_pending_len -= (uint32_t)n;
   }
   if (__atomic_load_n(&l->ring_unsent, __ATOMIC_RELAXED)) __atomic_store_n(&l->ring_unsent, false, __ATOMIC_RELEASE);
-  if (l->plain_unsent) plain_sent_locked(l);
+  if (l->plain_unsent) plain_sent_locked(l, fd);
   return 0;
 }
 
@@ -754,8 +758,14 @@ static int switch_tx(r2s_link_t *l, int fd)
   set_tx(l, R2S_TX_FRAMES);
   /* From now on this direction of TCP carries the shim's frames, doorbells
    * above all: a doorbell held back by Nagle until the peer's delayed ACK
-   * costs 40 ms. The application's own TCP_NODELAY/TCP_CORK settings are
-   * kept aside for it (preload/socket.c). */
+   * costs 40 ms. The application's own TCP_NODELAY/TCP_CORK (set on this
+   * socket or, for an accepted one, on its listener) are kept aside for it
+   * (r2s__link_set_tcp_opt) until the direction goes plain again. */
+  socklen_t sl = sizeof(int);
+  if (r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &l->tcp_nodelay, &sl) < 0) l->tcp_nodelay = 0;
+  sl = sizeof(int);
+  if (r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_CORK, &l->tcp_cork, &sl) < 0) l->tcp_cork = 0;
+  l->tcp_nodelay = l->tcp_nodelay != 0, l->tcp_cork = l->tcp_cork != 0;
   int one = 1, zero = 0;
   (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
@@ -1465,6 +1475,30 @@ void r2s__link_app_oob(r2s_link_t *l, int fd)
   if (fd >= 0) (void)send_interlude_locked(l, fd);
   settle_plain(l);
   pthread_mutex_unlock(&l->tx_lock);
+}
+
+int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  int rc = 0;
+  if (carries_frames(l)) {
+    if (name == TCP_NODELAY)
+      l->tcp_nodelay = v != 0;
+    else
+      l->tcp_cork = v != 0;
+  } else {
+    rc = r2s__libc.setsockopt(fd, IPPROTO_TCP, name, &v, sizeof v);
+  }
+  pthread_mutex_unlock(&l->tx_lock);
+  return rc;
+}
+
+int r2s__link_tcp_opt(r2s_link_t *l, int name)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  int v = !carries_frames(l) ? -1 : name == TCP_NODELAY ? l->tcp_nodelay : l->tcp_cork;
+  pthread_mutex_unlock(&l->tx_lock);
+  return v;
 }
 
 int r2s__link_atmark(r2s_link_t *l, int fd)

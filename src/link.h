@@ -90,6 +90,7 @@ struct r2s_link_s {
   uint64_t tx_frame_bytes;                 /* sent in DATA frames since the last probe */
   bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
   bool no_offer;                           /* our switch had no ring to offer: the direction is plain */
+  int tcp_nodelay, tcp_cork;               /* the application's, kept aside while we send frames */
   int64_t framed_at;                       /* when the send direction switched to frames (ns) */
   bool ring_unsent;                        /* our RING frame is not all in the kernel: nothing goes into the ring */
   bool plain_unsent;                       /* our PLAIN frame is not all in the kernel: no byte goes behind it */
@@ -280,6 +281,16 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used);
  * switched, stays plain for good. (The receive direction is the peer's to
  * switch; urgent bytes racing a switch are a documented limitation.) */
 void r2s__link_app_oob(r2s_link_t *l, int fd);
+
+/* The application sets TCP_NODELAY or TCP_CORK (name) to v on fd. While
+ * our send direction carries the shim's frames the shim keeps Nagle off and
+ * the cork out (a doorbell held back costs the peer 40 ms): v is kept aside
+ * and given to the kernel when the direction goes plain TCP again; else it
+ * goes to the kernel now. Returns setsockopt's result (-1 with errno). */
+int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v);
+/* The application's value of TCP_NODELAY or TCP_CORK while it is kept
+ * aside (0 or 1), else -1: the kernel's own answer stands. */
+int r2s__link_tcp_opt(r2s_link_t *l, int name);
 
 /* The path each direction's application bytes take now (r2s_path_t), for
  * the stats' path field; the byte counts use r2s_link_moved_t. */

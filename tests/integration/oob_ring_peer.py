@@ -9,7 +9,9 @@ server --port P --seed S --a-bytes NA --b-bytes NB --y-bytes NY [--answer-at-onc
     the urgent byte left out as TCP does with SO_OOBINLINE off. Prints:
       oob_ring_peer server: in_band=N sent=NY
 client --port P --seed S --a-bytes NA --b-bytes NB --y-bytes NY
-    Sends A, one urgent byte '!' with MSG_OOB, then reads the server's NY
+    Sends A, one urgent byte '!' with MSG_OOB (corked: TCP_CORK and
+    TCP_NODELAY must read as the application left them once it is sent,
+    however the shim set them for its frames), then reads the server's NY
     bytes in small slices with short pauses (so that the server's sender
     keeps finding the client's ring full and goes to sleep on it, again and
     again, after the client's send direction went plain), checks them, then
@@ -92,8 +94,24 @@ def server(args):
 def client(args):
     s = socket.create_connection(("127.0.0.1", args.port), timeout=DEADLINE)
     s.sendall(stream(args.seed, args.a_bytes))
+    # TCP_CORK, set while the direction is in the ring (the shim keeps it
+    # aside there: its frames go out at once), must be the kernel's once
+    # the urgent byte sent the direction back to plain TCP, and TCP_NODELAY,
+    # never set, the kernel's default (the shim turned Nagle off for its
+    # frames). Uncorked right after, which sends the urgent byte.
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    if s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) != 1:
+        print("oob_ring_peer client: TCP_CORK set to 1 reads back as 0", file=sys.stderr)
+        return 1
     if s.send(URGENT, socket.MSG_OOB) != 1:
         print("oob_ring_peer client: send(MSG_OOB) did not take the byte", file=sys.stderr)
+        return 1
+    nodelay = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    cork = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+    if nodelay != 0 or cork != 1:
+        print(f"oob_ring_peer client: after the urgent byte TCP_NODELAY={nodelay} TCP_CORK={cork}, expected 0 and 1"
+              " (the application's)", file=sys.stderr)
         return 1
     got = bytearray()
     reads = 0
