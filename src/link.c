@@ -711,6 +711,14 @@ static bool greet_locked(r2s_link_t *l, int fd)
   return false;
 }
 
+/* The socket's TCP_NODELAY or TCP_CORK as 0 or 1 (0 if it cannot be read). */
+static int kernel_tcp_opt(int fd, int name)
+{
+  int v = 0;
+  socklen_t len = sizeof v;
+  return r2s__libc.getsockopt(fd, IPPROTO_TCP, name, &v, &len) == 0 && v != 0;
+}
+
 /* Sends the switch mark and our HANDSHAKE (with our receive ring); tx_lock
  * held, state PROBE. On failure to offer a ring the direction stays plain. */
 static int switch_tx(r2s_link_t *l, int fd)
@@ -761,11 +769,8 @@ static int switch_tx(r2s_link_t *l, int fd)
    * costs 40 ms. The application's own TCP_NODELAY/TCP_CORK (set on this
    * socket or, for an accepted one, on its listener) are kept aside for it
    * (r2s__link_set_tcp_opt) until the direction goes plain again. */
-  socklen_t sl = sizeof(int);
-  if (r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &l->tcp_nodelay, &sl) < 0) l->tcp_nodelay = 0;
-  sl = sizeof(int);
-  if (r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_CORK, &l->tcp_cork, &sl) < 0) l->tcp_cork = 0;
-  l->tcp_nodelay = l->tcp_nodelay != 0, l->tcp_cork = l->tcp_cork != 0;
+  l->tcp_nodelay = kernel_tcp_opt(fd, TCP_NODELAY);
+  l->tcp_cork = kernel_tcp_opt(fd, TCP_CORK);
   int one = 1, zero = 0;
   (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   (void)r2s__libc.setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
