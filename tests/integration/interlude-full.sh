@@ -23,23 +23,14 @@ needs_rings "nothing to answer without the shim" "no end switches, so none answe
 PEER=$(dirname "$0")/interlude_full_peer.py
 port=$(free_port)
 start_server_at server "$port" "$TMP/server.stats" env R2SOCK_LOG=debug "$PY" "$PEER" server --port "$port"
-run_to_at "$TMP/client.out" 60 "$TMP/client.stats" env R2SOCK_TRANSPORT=rdma R2SOCK_DEVICE=r2s-no-such-device \
-  R2SOCK_LOG=debug "$PY" "$PEER" client --port "$port"
+run_to_at "$TMP/client.out" 60 "$TMP/client.stats" "${NO_OFFER[@]}" R2SOCK_LOG=debug "$PY" "$PEER" client \
+  --port "$port"
 wait_server server 30
 grep -q "^interlude_full_peer server: received=$((4 << 20)) sent=$(((64 << 10) + (1 << 20)))\$" "$TMP/server.log" ||
   fail "the server did not check the client's stream: $(grep interlude_full_peer "$TMP/server.log")"
 grep -q "^interlude_full_peer client: received=$(((64 << 10) + (1 << 20))) sent=$((4 << 20))\$" "$TMP/client.out" ||
   fail "the client did not check the server's stream: $(grep interlude_full_peer "$TMP/client.out")"
-nd=$(STATS=$TMP/client.stats stats_sum tcp_no_device)
-un=$(STATS=$TMP/server.stats stats_sum tcp_unreachable)
-((nd == 1 && un == 1)) ||
-  fail "expected tcp_no_device=1 on the client and tcp_unreachable=1 on the server, saw $nd and $un: $(cat "$TMP/client.stats" "$TMP/server.stats")"
-grep -q "debug: switched the send direction" "$TMP/server.log" ||
-  fail "the server never switched: nothing was tested: $(grep debug "$TMP/server.log" | tail -n 5)"
-grep -q "debug: told the peer that our send direction stays on plain TCP (no ring to offer)" "$TMP/client.out" ||
-  fail "the client never told the server: $(grep debug "$TMP/client.out" | tail -n 5)"
-grep -q "debug: the peer's ring is out of reach (.*no ring offered): the send direction goes back to plain TCP" \
-  "$TMP/server.log" || fail "the server's direction did not go back to plain TCP: $(grep debug "$TMP/server.log" | tail -n 5)"
+check_no_offer_answered interlude-full "$TMP/client.stats" "$TMP/client.out" "$TMP/server.stats" "$TMP/server.log"
 log "the client told the server once there was room; the server's direction went back to plain TCP"
 cat "$TMP/server.stats" "$TMP/client.stats" >>"$STATS"
 check_stats conns=2 bytes=$(((4 << 20) + (64 << 10) + (1 << 20))) procs=2

@@ -32,6 +32,9 @@
 #   run_to_at OUT SECS FILE CMD...
 #                  start_server and run_to with CMD under shim_at FILE: each
 #                  side's stats in a file of its own (see below)
+#   NO_OFFER, check_no_offer_answered LABEL BARE_STATS BARE_LOG OTHER_STATS OTHER_LOG
+#                  an end that can make no offer, and the check that it told
+#                  its peer, whose direction went back to plain TCP (below)
 #   FRAMER, FRAMED_TO, needs_lasting_frames,
 #   check_frames_kept LABEL FRAMER_STATS FRAMER_LOG PEER_STATS
 #                  a send direction kept on DATA frames for the whole
@@ -109,6 +112,32 @@ run_to_at() {
   shim_at "$3"
   shift 3
   run_to "$out" "$secs" "${SHIM_AT[@]}" "$@"
+}
+
+# ---- an end with no ring to offer -------------------------------------------
+# NO_OFFER runs an end that may use only RDMA, on a device that does not
+# exist: its switch finds nothing to offer. When its peer switches towards
+# it, it answers with the interlude (HANDSHAKE without offers), and the peer
+# sends its own direction back to plain TCP (src/link.c).
+# shellcheck disable=SC2034 # for the caller
+NO_OFFER=(env R2SOCK_TRANSPORT=rdma R2SOCK_DEVICE=r2s-no-such-device)
+
+# check_no_offer_answered LABEL BARE_STATS BARE_LOG OTHER_STATS OTHER_LOG:
+# the end without an offer counted tcp_no_device and said it told its peer;
+# the peer counted tcp_unreachable, and its log says it switched and then
+# went back to plain TCP. Both ends logged at debug level.
+check_no_offer_answered() {
+  local label=$1 bstats=$2 blog=$3 ostats=$4 olog=$5 nd un
+  nd=$(STATS=$bstats stats_sum tcp_no_device)
+  un=$(STATS=$ostats stats_sum tcp_unreachable)
+  ((nd == 1 && un == 1)) ||
+    fail "$label: expected tcp_no_device=1 on the end without a device and tcp_unreachable=1 on its peer, saw $nd and $un: $(cat "$bstats" "$ostats")"
+  grep -q "debug: told the peer that our send direction stays on plain TCP (no ring to offer)" "$blog" ||
+    fail "$label: the end without a device did not tell its peer: $(grep debug "$blog" | tail -n 5)"
+  grep -q "debug: switched the send direction" "$olog" ||
+    fail "$label: the peer never switched: nothing was tested: $(grep debug "$olog" | tail -n 5)"
+  grep -q "debug: the peer's ring is out of reach (.*no ring offered): the send direction goes back to plain TCP" \
+    "$olog" || fail "$label: the peer's direction did not go back to plain TCP: $(grep debug "$olog" | tail -n 5)"
 }
 
 # ---- a send direction on DATA frames for good ------------------------------
