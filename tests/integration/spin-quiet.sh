@@ -31,9 +31,9 @@ start_server server "$port" strace -f -qq -e trace=recvfrom -o "$TMP/server.stra
 shim_at "$TMP/client.stats"
 run_to "$TMP/client.out" 60 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --rounds "$ROUNDS" --pause "$PAUSE"
 wait_server server 30
-grep -qx "pingpong_peer client: rounds=$ROUNDS" "$TMP/client.out" ||
+grep -q "^pingpong_peer client: rounds=$ROUNDS " "$TMP/client.out" ||
   fail "the client did not finish its rounds: $(tail -n 3 "$TMP/client.out")"
-grep -qx "pingpong_peer server: rounds=$ROUNDS" "$TMP/server.log" ||
+grep -q "^pingpong_peer server: rounds=$ROUNDS " "$TMP/server.log" ||
   fail "the server did not finish its rounds: $(tail -n 3 "$TMP/server.log")"
 for end in server client; do
   shm=$(STATS=$TMP/$end.stats stats_sum conn_shm)
