@@ -182,3 +182,42 @@ int r2s__frame_u64_decode(const uint8_t *payload, size_t len, uint64_t *v)
   *v = get64(payload);
   return 0;
 }
+
+int r2s__fetch_encode(const r2s_fetch_t *f, uint8_t *buf, size_t cap)
+{
+  size_t len = 1 + (size_t)f->addr_len;
+  if (f->addr_len == 0 || f->addr_len > R2S_FETCH_ADDR_MAX) return -EINVAL;
+  if (cap < R2S_FRAME_HDR_LEN + len) return -ENOSPC;
+  r2s__frame_hdr_put(buf, cap, R2S_FRAME_FETCH, (uint32_t)len);
+  buf[R2S_FRAME_HDR_LEN] = f->addr_len;
+  memcpy(buf + R2S_FRAME_HDR_LEN + 1, f->addr, f->addr_len);
+  return (int)(R2S_FRAME_HDR_LEN + len);
+}
+
+int r2s__fetch_decode(const uint8_t *payload, size_t len, r2s_fetch_t *out)
+{
+  if (len < 2 || len > 1 + R2S_FETCH_ADDR_MAX || payload[0] != len - 1 || payload[1] != 0) return -EPROTO;
+  memset(out, 0, sizeof *out);
+  out->addr_len = payload[0];
+  memcpy(out->addr, payload + 1, out->addr_len);
+  return 0;
+}
+
+#define HANDED_LEN (8 + R2S_NONCE_LEN)
+
+int r2s__handed_encode(const r2s_handed_t *h, uint8_t *buf, size_t cap)
+{
+  if (cap < R2S_FRAME_HDR_LEN + HANDED_LEN) return -ENOSPC;
+  r2s__frame_hdr_put(buf, cap, R2S_FRAME_HANDED, HANDED_LEN);
+  put64(buf + R2S_FRAME_HDR_LEN, h->status);
+  memcpy(buf + R2S_FRAME_HDR_LEN + 8, h->nonce, R2S_NONCE_LEN);
+  return R2S_FRAME_HDR_LEN + HANDED_LEN;
+}
+
+int r2s__handed_decode(const uint8_t *payload, size_t len, r2s_handed_t *out)
+{
+  if (len != HANDED_LEN) return -EPROTO;
+  out->status = get64(payload);
+  memcpy(out->nonce, payload + 8, R2S_NONCE_LEN);
+  return 0;
+}

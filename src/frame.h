@@ -57,7 +57,9 @@ enum {
   R2S_FRAME_DECLINE = 7,   /* reason u64: keep using DATA frames */
   R2S_FRAME_PLAIN = 8,     /* after ring offset u64 this direction is plain TCP again */
   R2S_FRAME_READY = 9,     /* our end of the transport takes your writes now (RDMA) */
-  R2S_FRAME_TYPE_MAX = 9
+  R2S_FRAME_FETCH = 10,    /* hand me your shm ring: my Unix socket's address */
+  R2S_FRAME_HANDED = 11,   /* status u64, nonce: the ring went to that socket (or why not) */
+  R2S_FRAME_TYPE_MAX = 11
 };
 
 #define R2S_FRAME_HDR_LEN  8
@@ -84,6 +86,11 @@ enum {
    * reposted; sleep announcements carry R2S_RDMA_IMM_SLEEP and are
    * solicited (docs/protocol.md, "Transport"). */
   R2S_CAP_RDMA_IMM = 1,
+  /* The sender's shared-memory ring, which a peer cannot open by name
+   * (another user, a private /dev/shm), can be had as a sealed memfd over
+   * a Unix socket: FETCH, HANDED (docs/protocol.md, "Rings by file
+   * descriptor"). */
+  R2S_CAP_SHM_FD = 2,
 };
 #define R2S_RDMA_RECVS     256u
 #define R2S_RDMA_IMM_SLEEP 0x80000000u
@@ -131,6 +138,32 @@ int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap);
 /* Decodes a HANDSHAKE payload of exactly len bytes (header already parsed).
  * Unknown offer kinds are skipped (forward compatibility). */
 int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out);
+
+/* FETCH: the abstract Unix socket (sun_path bytes, the first one NUL) on
+ * which the sender of the frame waits for the peer's ring. HANDED: 0 and
+ * the nonce the ring's message on that socket carries, or a nonzero errno
+ * (the ring did not go, nonce zero). */
+#define R2S_FETCH_ADDR_MAX 108 /* sizeof(struct sockaddr_un.sun_path) */
+#define R2S_NONCE_LEN      16
+
+typedef struct r2s_fetch_s {
+  uint8_t addr_len;
+  uint8_t addr[R2S_FETCH_ADDR_MAX];
+} r2s_fetch_t;
+
+typedef struct r2s_handed_s {
+  uint64_t status;
+  uint8_t nonce[R2S_NONCE_LEN];
+} r2s_handed_t;
+
+/* Whole frames (header included) into buf; return their length. */
+int r2s__fetch_encode(const r2s_fetch_t *f, uint8_t *buf, size_t cap);
+int r2s__handed_encode(const r2s_handed_t *h, uint8_t *buf, size_t cap);
+/* Payloads of exactly len bytes. A FETCH address must be abstract (a
+ * filesystem path would let the peer point us at any socket there) and
+ * 1 to R2S_FETCH_ADDR_MAX bytes long. */
+int r2s__fetch_decode(const uint8_t *payload, size_t len, r2s_fetch_t *out);
+int r2s__handed_decode(const uint8_t *payload, size_t len, r2s_handed_t *out);
 
 /* Frames whose payload is one u64: RING, CREDIT, FIN, DECLINE, PLAIN. */
 int r2s__frame_u64_encode(uint8_t type, uint64_t v, uint8_t *buf, size_t cap);

@@ -62,3 +62,9 @@ void *r2s__mmap_fd_raw(size_t len, int fd)
   long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0L);
   return p == -1 ? MAP_FAILED : (void *)p;
 }
+
+void *r2s__mmap_fd_over_raw(void *at, size_t len, int fd)
+{
+  long p = syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0L);
+  return p == -1 ? MAP_FAILED : (void *)p;
+}

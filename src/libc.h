@@ -98,6 +98,8 @@ int r2s__open_raw(const char *path, int flags, unsigned mode);
 /* mmap(2) of such a file, for the same reason (a sanitizer's mmap
  * interceptor also records the descriptor). */
 void *r2s__mmap_fd_raw(size_t len, int fd);
+/* The same over the mapping at `at`, replaced in one step (MAP_FIXED). */
+void *r2s__mmap_fd_over_raw(void *at, size_t len, int fd);
 /* fstat(2) of such a file, for the same reason (TSan's fstat interceptor
  * records a read of the descriptor; unit.early_ctor saw the report when a
  * thread's dup() reused a shared-memory segment's fd the shim had closed). */

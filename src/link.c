@@ -24,6 +24,7 @@
 #include "options.h"
 #include "readiness.h"
 #include "reaper.h"
+#include "sandbox.h"
 #include "stats.h"
 #include "tcphist.h"
 
@@ -375,6 +376,7 @@ static void mark_upgraded(r2s_link_t *l)
 static bool awaits_peer(const r2s_link_t *l)
 {
   if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return true;
+  if (__atomic_load_n(&l->fetch, __ATOMIC_ACQUIRE) == R2S_FETCH_ASKED) return true; /* its HANDED */
   return !__atomic_load_n(&l->no_ring, __ATOMIC_ACQUIRE) && TP(l) && TP(l)->needs_ready &&
          !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE);
 }
@@ -535,6 +537,24 @@ static void send_ready_locked(r2s_link_t *l, int fd)
   r2s__frame_hdr_put(h, sizeof h, R2S_FRAME_READY, 0);
   if (queue_ctrl(l, h, sizeof h) == 0) {
     l->ready_owed = false;
+    (void)flush_ctrl(l, fd);
+  }
+}
+
+/* Answers the peer's FETCH (handle_fetch), once no DATA frame is half
+ * sent. After our PLAIN nothing can tell the peer any more: its direction
+ * stays on DATA frames. */
+static void send_handed_locked(r2s_link_t *l, int fd)
+{
+  uint8_t f[R2S_FRAME_HDR_LEN + 8 + R2S_NONCE_LEN];
+  if (!l->handed_owed || l->tx_data_left) return;
+  if (!carries_frames(l)) {
+    l->handed_owed = false;
+    return;
+  }
+  int len = r2s__handed_encode(&l->handed_msg, f, sizeof f);
+  if (len > 0 && queue_ctrl(l, f, (size_t)len) == 0) {
+    l->handed_owed = false;
     (void)flush_ctrl(l, fd);
   }
 }
@@ -780,14 +800,50 @@ static int switch_tx(r2s_link_t *l, int fd)
   return 0;
 }
 
+/* May the peer's ring, which attach() could not open (rc), be had by
+ * descriptor? Only where that is why (another user's segment, or another
+ * /dev/shm: not there by that name), the peer can hand it over, and the
+ * process may still make the calls it takes (sandbox.h). */
+static bool may_fetch(const r2s_link_t *l, int rc)
+{
+  return (rc == -EPERM || rc == -EACCES || rc == -ENOENT) && (l->peer_hs.caps & R2S_CAP_SHM_FD) && TP(l)->fetch &&
+         !r2s__sandboxed();
+}
+
+/* Asks the peer for its ring by descriptor (a FETCH frame with the
+ * address of a socket that waits for it); 0 once asked. tx_lock held, no
+ * DATA frame half sent. */
+static int ask_for_ring_locked(r2s_link_t *l, int fd, int attach_rc)
+{
+  r2s_fetch_t ask;
+  uint8_t f[R2S_FRAME_HDR_LEN + 1 + R2S_FETCH_ADDR_MAX];
+  int rc = TP(l)->fetch(TPS(l), &ask);
+  int len = rc < 0 ? rc : r2s__fetch_encode(&ask, f, sizeof f);
+  if (len < 0 || queue_ctrl(l, f, (size_t)len) < 0) {
+    r2s__debug("cannot ask the peer for its ring by descriptor (%s)", strerror(len < 0 ? -len : ENOBUFS));
+    return -1;
+  }
+  l->attach_rc = attach_rc;
+  __atomic_store_n(&l->fetch, R2S_FETCH_ASKED, __ATOMIC_RELEASE);
+  (void)flush_ctrl(l, fd);
+  r2s__debug("cannot open the peer's ring by name (%s): asked for it by descriptor", strerror(-attach_rc));
+  return 0;
+}
+
 /* Once both rings are known, the send direction moves into the peer's
- * ring: a RING frame tells the peer where its reading continues. */
+ * ring: a RING frame tells the peer where its reading continues. A ring
+ * that cannot be opened by name may be asked for by descriptor first
+ * (may_fetch); until the peer's HANDED answers, the direction stays on
+ * DATA frames. */
 static void try_ring_tx(r2s_link_t *l, int fd)
 {
   send_ready_locked(l, fd);
+  send_handed_locked(l, fd);
   if (l->tx_state != R2S_TX_FRAMES || !__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE) ||
       l->tx_data_left || l->no_ring || l->plain_unsent)
     return;
+  int fetch = __atomic_load_n(&l->fetch, __ATOMIC_ACQUIRE);
+  if (fetch == R2S_FETCH_ASKED) return;
   /* Writes into a ring whose end is not ready would be lost (RDMA: the
    * peer's queue pair drops them until it has read our handshake). */
   if (TP(l)->needs_ready && !__atomic_load_n(&l->peer_ready, __ATOMIC_ACQUIRE)) return;
@@ -801,8 +857,11 @@ static void try_ring_tx(r2s_link_t *l, int fd)
     if (send_decline_locked(l, fd, 1)) unframe_declined_locked(l, fd, R2S_REASON_UNREACHABLE);
     return;
   }
-  int rc = TP(l)->attach(TPS(l), &l->peer_hs);
+  int rc = fetch == R2S_FETCH_DONE ? l->fetch_rc : TP(l)->attach(TPS(l), &l->peer_hs);
+  if (rc < 0 && fetch == R2S_FETCH_NONE && may_fetch(l, rc) && ask_for_ring_locked(l, fd, rc) == 0) return;
   if (rc < 0) {
+    /* A fetch that failed leaves attach()'s reason standing. */
+    if (fetch == R2S_FETCH_DONE) rc = l->attach_rc;
     r2s__debug("cannot attach the peer's ring (%s): staying on TCP frames", strerror(-rc));
     __atomic_store_n(&l->no_ring, true, __ATOMIC_RELEASE); /* do not try again */
     /* A peer running as another user cannot share memory with us: that is
@@ -889,6 +948,67 @@ static int read_frame(r2s_link_t *l, int fd, r2s_frame_hdr_t *h)
   return h->type;
 }
 
+/* The peer cannot open our ring by name and asks for it by descriptor
+ * (FETCH): it goes to the socket the peer names, and HANDED tells the
+ * peer the nonce that proves it came from us, or that it did not come.
+ * Once per connection, before the peer's RING. rx_lock held. */
+static int handle_fetch(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
+{
+  r2s_fetch_t ask;
+  if (l->handed || !TPS(l) || !TP(l)->hand_over || l->rx_state != R2S_RX_FRAMES || r2s__fetch_decode(p, len, &ask) < 0)
+    return -EPROTO;
+  l->handed = true;
+  r2s_handed_t msg;
+  memset(&msg, 0, sizeof msg);
+  int rc = r2s__sandboxed() ? -EPERM : TP(l)->hand_over(TPS(l), &ask, msg.nonce);
+  if (rc < 0) {
+    memset(&msg, 0, sizeof msg);
+    msg.status = (uint64_t)-rc;
+    r2s__debug("cannot hand our ring to the peer by descriptor (%s)", strerror(-rc));
+  } else {
+    r2s__debug("handed our ring to the peer by descriptor");
+  }
+  pthread_mutex_lock(&l->tx_lock); /* rx_lock held: in lock order */
+  l->handed_msg = msg;
+  l->handed_owed = true;
+  send_handed_locked(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+  return 0;
+}
+
+/* The end of our FETCH: the peer's ring came by descriptor (then we move
+ * into it as after attach), or it did not (rc < 0: we decline as attach's
+ * failure would have had us). rx_lock held. */
+static void fetch_done(r2s_link_t *l, int fd, const r2s_handed_t *msg, int rc)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  /* Also when it failed: the socket we waited on closes (a sandboxed
+   * process only closes it: accepting is not its own call). */
+  bool take = !rc && msg && !r2s__sandboxed();
+  int got = TP(l)->fetched(TPS(l), &l->peer_hs, take ? msg->nonce : NULL);
+  if (take) rc = got;
+  else if (!rc) rc = -EPERM;
+  if (rc < 0)
+    r2s__debug("the peer's ring did not come by descriptor (%s)", strerror(-rc));
+  else
+    R2S_STAT_INC(rings_by_fd);
+  l->fetch_rc = rc;
+  __atomic_store_n(&l->fetch, R2S_FETCH_DONE, __ATOMIC_RELEASE);
+  try_ring_tx(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+}
+
+static int handle_handed(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
+{
+  r2s_handed_t msg;
+  if (__atomic_load_n(&l->fetch, __ATOMIC_ACQUIRE) != R2S_FETCH_ASKED || r2s__handed_decode(p, len, &msg) < 0)
+    return -EPROTO;
+  /* The peer's errno, for the log: ours to bound. */
+  int rc = msg.status == 0 ? 0 : msg.status < 4096 ? -(int)msg.status : -EIO;
+  fetch_done(l, fd, &msg, rc);
+  return 0;
+}
+
 /* Acts on one control frame; RETRY if the receive state changed. */
 static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
 {
@@ -920,6 +1040,8 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
       if (v != 0 || l->rx_data_left) return -EPROTO;
       set_rx(l, R2S_RX_PLAIN);
       settle_plain(l);
+      /* No HANDED can come behind it: our ring by descriptor is off. */
+      if (__atomic_load_n(&l->fetch, __ATOMIC_ACQUIRE) == R2S_FETCH_ASKED) fetch_done(l, fd, NULL, -ECONNABORTED);
       return RETRY;
     }
     /* RING: after the ring's first v bytes. The sender published those
@@ -937,6 +1059,10 @@ static int handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
   case R2S_FRAME_DOORBELL:
     __atomic_add_fetch(&l->bells_read, 1, __ATOMIC_RELAXED);
     return 0;
+  case R2S_FRAME_FETCH:
+    return handle_fetch(l, fd, l->rx_ctrl, h->len);
+  case R2S_FRAME_HANDED:
+    return handle_handed(l, fd, l->rx_ctrl, h->len);
   case R2S_FRAME_CREDIT:
   case R2S_FRAME_FIN:
     return 0;

@@ -42,6 +42,7 @@
 
 typedef enum { R2S_RX_PROBE, R2S_RX_PREMARK, R2S_RX_PLAIN, R2S_RX_FRAMES, R2S_RX_RING } r2s_rx_state_t;
 typedef enum { R2S_TX_PROBE, R2S_TX_PLAIN, R2S_TX_FRAMES, R2S_TX_RING } r2s_tx_state_t;
+typedef enum { R2S_FETCH_NONE, R2S_FETCH_ASKED, R2S_FETCH_DONE } r2s_fetch_state_t;
 
 struct r2s_link_s {
   int passthrough; /* first member (see conn.h): both directions PLAIN */
@@ -80,6 +81,14 @@ struct r2s_link_s {
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
   bool peer_ready; /* READY received: the peer's end takes our writes */
+  /* The peer's ring by descriptor (try_ring_tx): R2S_FETCH_*, atomic
+   * (awaits_peer reads it without tx_lock); the outcome once DONE, and
+   * attach()'s failure that made us ask, which stands if the fetch fails. */
+  int fetch;
+  int fetch_rc, attach_rc;
+  bool handed;                  /* we answered the peer's FETCH (once) */
+  bool handed_owed;             /* ... and the HANDED frame waits (tx_lock) */
+  r2s_handed_t handed_msg;
   /* Application bytes read off the socket by a sender that waited for the
    * peer's control frames behind them; every read takes these first. */
   r2s_readahead_t rx_ahead;

@@ -75,6 +75,17 @@ typedef struct r2s_transport_s {
   /* The peer has attached this end's ring: drop what let it find the ring
    * (the shm name), so no other process can. */
   void (*seal)(r2s_tp_state_t *st);
+  /* Optional (shared memory): the peer's ring, which attach() could not
+   * open by name (another user, another /dev/shm), had by descriptor
+   * instead (transport/shm_fd.h). The taker asks with the address fetch()
+   * fills in (a FETCH frame); the owner's hand_over() sends its ring there
+   * and fills in the nonce (a HANDED frame); the taker's fetched() takes
+   * it, after which the ring is attached as by attach(); fetched() with
+   * no nonce gives up (the owner could not send it) and closes the
+   * taker's socket. */
+  int (*fetch)(r2s_tp_state_t *st, r2s_fetch_t *ask);
+  int (*hand_over)(r2s_tp_state_t *st, const r2s_fetch_t *ask, uint8_t nonce[R2S_NONCE_LEN]);
+  int (*fetched)(r2s_tp_state_t *st, const r2s_handshake_t *peer, const uint8_t nonce[R2S_NONCE_LEN]);
 
   /* producer side: into the peer's ring. space() is what makes the
    * connection writable; it may say 0 while a little room is free (shm:

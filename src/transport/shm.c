@@ -39,6 +39,7 @@
 #include "proc.h"
 #include "ring.h"
 #include "transport.h"
+#include "shm_fd.h"
 
 struct r2s_tp_state_s {
   char name[R2S_SHM_NAME_MAX]; /* this end's segment, until sealed */
@@ -51,6 +52,12 @@ struct r2s_tp_state_s {
   /* Data bytes, from the start, known reserved (see the top): of our own
    * ring (get, under the link's rx_lock), of the peer's (put, tx_lock). */
   uint64_t own_backed, peer_backed;
+  /* Rings by descriptor (shm_fd.h): the socket on which we wait for the
+   * peer's (-1: none), and whether ours went to the peer so, as which file. */
+  int fetch_fd;
+  bool handed;
+  dev_t handed_dev;
+  ino_t handed_ino;
 };
 
 #define NAME_PREFIX "/r2s-"
@@ -140,6 +147,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   uint64_t size = r2s__ring_size(false);
   r2s_tp_state_t *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
+  st->fetch_fd = -1;
   int rc = random_name(st->name);
   if (rc < 0) goto err_free;
   int fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -173,6 +181,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   rc = r2s__ring_attach(&st->own, st->own_mem, size);
   if (rc < 0) goto err_unmap;
   hs->has_shm = 1;
+  hs->caps |= R2S_CAP_SHM_FD;
   memcpy(hs->shm.name, st->name, sizeof st->name);
   hs->shm.ring_size = size;
   *out = st;
@@ -191,11 +200,34 @@ static bool shm_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *peer
   return peer->has_shm && memcmp(mine->boot_id, peer->boot_id, 16) == 0 && mine->netns == peer->netns;
 }
 
+/* The offer's size: a power of two from 4 KiB to 1 GiB. */
+static bool size_ok(uint64_t size)
+{
+  return size >= 4096 && size <= (1ull << 30) && !(size & (size - 1));
+}
+
+/* The peer's ring, mapped at mem: we are its producer from now on. */
+static int take_peer_ring(r2s_tp_state_t *st, void *mem, uint64_t size)
+{
+  st->peer_mem = mem;
+  st->peer_len = r2s__ring_bytes(size);
+  st->peer_backed = backed_step(0, size);
+  int rc = r2s__ring_attach(&st->peer, mem, size);
+  if (rc < 0) {
+    unmap(&st->peer_mem, st->peer_len);
+    return -EPROTO;
+  }
+  /* Release: a waiter's peer_shares_cpu reads st->peer without the
+   * link's locks once it sees this (TSan saw the plain store race). */
+  __atomic_store_n(&st->attached, true, __ATOMIC_RELEASE);
+  return 0;
+}
+
 static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 {
   uint64_t size = peer->shm.ring_size;
   if (strncmp(peer->shm.name, NAME_PREFIX, strlen(NAME_PREFIX)) != 0) return -EPROTO;
-  if (size < 4096 || size > (1ull << 30) || (size & (size - 1))) return -EPROTO;
+  if (!size_ok(size)) return -EPROTO;
   /* Our own ring, offered back to us, would make us our own producer: we
    * would read our own bytes as the peer's. */
   if (strncmp(peer->shm.name, st->name, R2S_SHM_NAME_MAX) == 0) return -EPROTO;
@@ -219,24 +251,91 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
    * here, not only when the owner hears of it, leaves nothing behind if
    * the owner dies first. */
   shm_unlink(peer->shm.name);
-  st->peer_mem = mem;
-  st->peer_len = r2s__ring_bytes(size);
-  st->peer_backed = backed_step(0, size);
-  rc = r2s__ring_attach(&st->peer, mem, size);
-  if (rc < 0) {
-    unmap(&st->peer_mem, st->peer_len);
-    return -EPROTO;
-  }
-  /* Release: a waiter's peer_shares_cpu reads st->peer without the
-   * link's locks once it sees this (TSan saw the plain store race). */
-  __atomic_store_n(&st->attached, true, __ATOMIC_RELEASE);
-  return 0;
+  return take_peer_ring(st, mem, size);
 }
 
 static void shm_seal(r2s_tp_state_t *st)
 {
   if (st->named) shm_unlink(st->name);
   st->named = false;
+}
+
+/* ---- rings by descriptor (shm_fd.h) ---- */
+
+static int shm_fetch(r2s_tp_state_t *st, r2s_fetch_t *ask)
+{
+  if (st->fetch_fd >= 0) return -EALREADY;
+  int fd = r2s__shm_fd_listen(ask);
+  if (fd < 0) return fd;
+  st->fetch_fd = fd;
+  return 0;
+}
+
+/* Our ring moves into a sealed memfd before it goes: mapped over the same
+ * addresses (MAP_FIXED replaces a mapping in one step), so the ring's
+ * pointers stay valid for threads that look at its control page without
+ * the link's locks. Nothing but that page was written yet: the peer, the
+ * only producer, could not open the ring, and we read it only after its
+ * RING frame. The named segment goes at once: nobody can open it. */
+static int move_into_memfd(r2s_tp_state_t *st)
+{
+  int fd = r2s__shm_fd_ring(st->own_len, r2s__ring_bytes(st->own_backed));
+  if (fd < 0) return fd;
+  int rc = 0;
+  void *tmp = r2s__mmap_fd_raw(R2S_RING_CTL_SIZE, fd);
+  if (tmp == MAP_FAILED) {
+    rc = -errno;
+  } else {
+    memcpy(tmp, st->own_mem, R2S_RING_CTL_SIZE);
+    munmap(tmp, R2S_RING_CTL_SIZE);
+    if (r2s__mmap_fd_over_raw(st->own_mem, st->own_len, fd) != st->own_mem) {
+      rc = -errno;
+      /* The kernel may have taken the old mapping away first: keep the
+       * addresses mapped (zeroes) for the lockless readers. The ring is
+       * lost; the peer hears that it did not come. */
+      if (mmap(st->own_mem, st->own_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+          MAP_FAILED)
+        r2s__warn("could not keep a ring's addresses mapped (%s)", strerror(errno));
+    }
+  }
+  struct stat sb;
+  if (!rc && r2s__fstat_raw(fd, &sb) == 0) st->handed_dev = sb.st_dev, st->handed_ino = sb.st_ino;
+  if (rc) {
+    r2s__libc.close(fd);
+    return rc;
+  }
+  shm_seal(st);
+  return fd;
+}
+
+static int shm_hand_over(r2s_tp_state_t *st, const r2s_fetch_t *ask, uint8_t nonce[R2S_NONCE_LEN])
+{
+  if (st->handed) return -EALREADY;
+  st->handed = true;
+  int fd = move_into_memfd(st);
+  if (fd < 0) return fd;
+  int rc = r2s__shm_fd_send(ask, fd, nonce);
+  r2s__libc.close(fd);
+  return rc;
+}
+
+static int shm_fetched(r2s_tp_state_t *st, const r2s_handshake_t *peer, const uint8_t nonce[R2S_NONCE_LEN])
+{
+  if (st->fetch_fd < 0) return -EPROTO;
+  int fd = nonce ? r2s__shm_fd_take(st->fetch_fd, nonce) : -ECANCELED;
+  r2s__libc.close(st->fetch_fd);
+  st->fetch_fd = -1;
+  if (fd < 0) return fd;
+  uint64_t size = peer->shm.ring_size;
+  struct stat sb;
+  int rc = size_ok(size) ? r2s__shm_fd_check(fd, r2s__ring_bytes(size)) : -EPROTO;
+  /* Our own ring, handed back to us, would make us our own producer. */
+  if (!rc && (r2s__fstat_raw(fd, &sb) < 0 || (st->handed && sb.st_dev == st->handed_dev && sb.st_ino == st->handed_ino)))
+    rc = -EPROTO;
+  void *mem = rc ? MAP_FAILED : r2s__mmap_fd_raw(r2s__ring_bytes(size), fd);
+  if (!rc && mem == MAP_FAILED) rc = -errno;
+  r2s__libc.close(fd);
+  return rc ? rc : take_peer_ring(st, mem, size);
 }
 
 /* Writable, as the kernel tells it for a TCP socket: once at least a third
@@ -418,6 +517,7 @@ static void shm_flush(r2s_tp_state_t *st)
 static void shm_release(r2s_tp_state_t *st)
 {
   shm_seal(st);
+  if (st->fetch_fd >= 0) r2s__libc.close(st->fetch_fd);
   unmap(&st->own_mem, st->own_len);
   unmap(&st->peer_mem, st->peer_len);
   free(st);
@@ -430,6 +530,9 @@ const r2s_transport_t r2s__transport_shm = {
     .reaches = shm_reaches,
     .attach = shm_attach,
     .seal = shm_seal,
+    .fetch = shm_fetch,
+    .hand_over = shm_hand_over,
+    .fetched = shm_fetched,
     .space = shm_space,
     .put = shm_put,
     .avail = shm_avail,

@@ -164,6 +164,50 @@ static void decode_u64(uint8_t type, const uint8_t *p, size_t len)
   u64_roundtrip(u64_type ? type : R2S_FRAME_RING, v);
 }
 
+/* ---- FETCH and HANDED -------------------------------------------------- */
+
+/* FETCH: accepted exactly when the length byte says what follows and the
+ * address is abstract (first byte NUL), 1 to 108 bytes; then it goes
+ * round. */
+static void decode_fetch(const uint8_t *p, size_t len)
+{
+  r2s_fetch_t f;
+  memset(&f, 0x5a, sizeof f);
+  int rc = r2s__fetch_decode(p, len, &f);
+  CHECK(rc == 0 || rc == -EPROTO);
+  int valid = len >= 2 && len <= 1 + R2S_FETCH_ADDR_MAX && p[0] == len - 1 && p[1] == 0;
+  CHECK(valid == (rc == 0));
+  if (rc) return;
+  CHECK(f.addr_len == p[0] && memcmp(f.addr, p + 1, f.addr_len) == 0);
+  size_t n = R2S_FRAME_HDR_LEN + len;
+  uint8_t *exact = malloc(n), *shy = malloc(n - 1);
+  CHECK(exact && shy);
+  CHECK(r2s__fetch_encode(&f, shy, n - 1) == -ENOSPC);
+  CHECK(r2s__fetch_encode(&f, exact, n) == (int)n);
+  r2s_frame_hdr_t h;
+  CHECK(parse_hdr(exact, n, &h) == 0 && h.type == R2S_FRAME_FETCH && h.len == len);
+  CHECK(memcmp(exact + R2S_FRAME_HDR_LEN, p, len) == 0); /* a fixed point */
+  free(exact), free(shy);
+}
+
+/* HANDED: exactly a u64 status and a 16-byte nonce. */
+static void decode_handed(const uint8_t *p, size_t len)
+{
+  r2s_handed_t m;
+  int rc = r2s__handed_decode(p, len, &m);
+  CHECK(rc == 0 || rc == -EPROTO);
+  CHECK((rc == 0) == (len == 8 + R2S_NONCE_LEN));
+  if (rc) return;
+  CHECK(m.status == le64(p) && memcmp(m.nonce, p + 8, R2S_NONCE_LEN) == 0);
+  size_t n = R2S_FRAME_HDR_LEN + len;
+  uint8_t *exact = malloc(n);
+  CHECK(exact != NULL);
+  CHECK(r2s__handed_encode(&m, exact, n - 1) == -ENOSPC);
+  CHECK(r2s__handed_encode(&m, exact, n) == (int)n);
+  CHECK(memcmp(exact + R2S_FRAME_HDR_LEN, p, len) == 0);
+  free(exact);
+}
+
 /* ---- handshakes ------------------------------------------------------- */
 
 /* The shm name is a C string: bytes after its NUL carry no meaning and are
@@ -325,6 +369,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * turn into a memory error either. */
     decode_handshake(pl, plen);
     decode_u64(h.type, pl, plen);
+    decode_fetch(pl, plen);
+    decode_handed(pl, plen);
     free(pl);
     off += R2S_FRAME_HDR_LEN + plen;
   }

@@ -130,6 +130,30 @@ static void frame_seeds(void)
   if (r2s__frame_hdr_put(b, sizeof b, R2S_FRAME_READY, 0) < 0) die("frame_hdr_put");
   save(frame_dir, "ready", b, R2S_FRAME_HDR_LEN);
 
+  /* A ring by descriptor (docs/protocol.md): the taker's FETCH, the
+   * owner's HANDED, then RING as usual. */
+  {
+    r2s_fetch_t f = {.addr_len = 6, .addr = {0, '0', '0', '0', '2', 'a'}};
+    r2s_handed_t m = {.status = 0};
+    for (int i = 0; i < R2S_NONCE_LEN; i++) m.nonce[i] = (uint8_t)(i * 29 + 7);
+    int k = r2s__fetch_encode(&f, b, sizeof b);
+    if (k < 0) die("fetch_encode");
+    save(frame_dir, "fetch", b, (size_t)k);
+    k = r2s__handed_encode(&m, b, sizeof b);
+    if (k < 0) die("handed_encode");
+    save(frame_dir, "handed", b, (size_t)k);
+    n = put_handshake(b, sizeof b, 1, 0);
+    n += put_data(b + n, sizeof b - n, "before the ring came");
+    k = r2s__fetch_encode(&f, b + n, sizeof b - n);
+    if (k < 0) die("fetch_encode");
+    n += (size_t)k;
+    k = r2s__handed_encode(&m, b + n, sizeof b - n);
+    if (k < 0) die("handed_encode");
+    n += (size_t)k;
+    n += put_u64(b + n, sizeof b - n, R2S_FRAME_RING, 0);
+    save(frame_dir, "conversation-fetch", b, n);
+  }
+
   /* An RDMA direction: handshake, DATA until the peer's READY, then RING. */
   n = put_handshake(b, sizeof b, 0, 1);
   n += put_data(b + n, sizeof b - n, "before ready");

@@ -19,6 +19,12 @@
 #   - stall-credits: while the server's writer waits for credits that never
 #     come, the server process uses under half a core (no spinning), and
 #     never writes past the credits it had;
+#   - rings by descriptor (fetch-*, handed-*): the server's rings_by_fd
+#     counter says how many rings it took by descriptor (1 where it took the
+#     liar's, else 0); the liar's connection ended on shared memory where
+#     the ring was taken; handed-*: the liar looks in /proc/<server>/ that
+#     a refused descriptor is neither open nor mapped in the server, and
+#     that the server's FETCH socket is closed once it answered;
 #   - no /dev/shm/r2s-* segment is left once all are gone.
 # Prints the number of bad inputs tried and the bytes verified.
 #   usage: lying-peer.sh [CASE...]   (default: every case)
@@ -40,7 +46,17 @@ declare -A REASON=(
   [honest-frames]=unreachable [name-missing]=no-resources [name-prefix]=no-resources
   [name-mode]=no-resources [name-size]=no-resources [name-ringsize]=no-resources
   [name-symlink]=no-resources [name-other-user]=other-user [name-own-ring]=no-resources
+  # A ring by descriptor refused: attach()'s ENOENT, which made the server
+  # ask, stands (DECLINE 2, frames).
+  [handed-wrong-nonce]=no-resources [handed-unsealed]=no-resources [handed-shm-file]=no-resources
+  [handed-wrong-size]=no-resources [handed-nothing]=no-resources [handed-no-fd]=no-resources
+  [handed-two-fds]=no-resources [handed-status]=no-resources [handed-plain]=no-resources
 )
+# Rings the server took by descriptor (its stats' rings_by_fd) in the
+# fetch-* and handed-* cases: these, 0 in the others.
+declare -A BY_FD=([handed-honest]=1 [handed-impostor]=1 [handed-twice]=1)
+# Cases where the liar's connection, too, ends on shared memory.
+SHM_CASES=" fetch-honest fetch-nobody handed-honest handed-impostor handed-own-ring "
 # Cases where the server sees an end of stream, not a protocol error.
 EOF_CASES=" trunc-hdr-eof trunc-payload-eof mark-eof stall-credits die-mid-ring "
 SAN_RE='AddressSanitizer|LeakSanitizer|ThreadSanitizer|UndefinedBehaviorSanitizer|runtime error:'
@@ -82,6 +98,7 @@ for c in "${cases[@]}"; do
   LIVE+=("$hpid")
   liar_args=(--port "$port" --case "$c" --timeout 90)
   [[ $c == stall-credits ]] && liar_args+=(--go-file "$d/go" --watch-pid "$spid")
+  [[ $c == handed-* ]] && liar_args+=(--watch-pid "$spid")
   "${PLAIN[@]}" "$LIAR" "${liar_args[@]}" >"$d/liar.log" 2>&1 &
   lpid=$!
   LIVE+=("$lpid")
@@ -106,6 +123,14 @@ for c in "${cases[@]}"; do
   # besides the liar's own (which may be shm too, before its lie).
   nshm=$(grep -c 'info: conn .* server .* path=shm' "$d/server.log" || true)
   ((nshm >= 1)) || fail "case $c: no server connection ended on shared memory (the honest one should):$ctx"
+  if [[ $SHM_CASES == *" $c "* ]]; then
+    ((nshm == 2)) || fail "case $c: expected the liar's connection on shared memory too ($nshm server connections were):$ctx"
+  fi
+  if [[ $c == fetch-* || $c == handed-* ]]; then
+    byfd=$(sed -n 's/.* rings_by_fd=\([0-9]*\).*/\1/p' "$d/server.stats")
+    [[ ${byfd:-none} == "${BY_FD[$c]:-0}" ]] ||
+      fail "case $c: expected the server's rings_by_fd=${BY_FD[$c]:-0}, its stats say ${byfd:-nothing}:$ctx"
+  fi
   errs=$(grep -E '^stream_check server: conn [0-9]+: ' "$d/server.log" || true)
   nerr=$(grep -c . <<<"$errs" || true)
   [[ -n $errs ]] || nerr=0

@@ -19,6 +19,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -32,6 +33,8 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,6 +91,14 @@ typedef struct liar_s {
   int rd_status;                         /* first failed completion of the stream */
   void (*bend)(r2s_offer_rdma_t *offer); /* a lie in our offer */
   uint32_t caps;                         /* our HANDSHAKE's capabilities */
+  /* Rings by descriptor (fetch-*, handed-*; docs/protocol.md): our
+   * listener while we ask for the server's ring (-1: none), what the
+   * server answered, and its FETCH when it asks for ours. */
+  int fetch_lfd;
+  bool asked, got_handed, got_fetch;
+  r2s_handed_t handed;
+  r2s_fetch_t fetch;
+  uint64_t in_ring_bytes; /* stream bytes the server sent through our ring */
 } liar_t;
 
 static double now_s(void)
@@ -313,6 +324,15 @@ static bool parse(liar_t *l)
       l->got_decline = true;
     } else if (h.type == R2S_FRAME_READY) {
       l->got_ready = true;
+    } else if (h.type == R2S_FRAME_HANDED) {
+      /* Only an answer to our FETCH, once. */
+      if (!l->asked || l->got_handed || r2s__handed_decode(pl, h.len, &l->handed) < 0) return false;
+      l->got_handed = true;
+    } else if (h.type == R2S_FRAME_FETCH) {
+      /* Only from a server told that our ring comes by descriptor, once. */
+      if (!(l->caps & R2S_CAP_SHM_FD) || l->got_fetch || r2s__fetch_decode(pl, h.len, &l->fetch) < 0)
+        return false;
+      l->got_fetch = true;
     } else if (h.type == R2S_FRAME_PLAIN) {
       /* Only where the server declined our ring and never wrote into one:
        * the stream goes on raw at once. */
@@ -417,6 +437,7 @@ static bool step(liar_t *l, bool *proto_ok)
       ssize_t k = r2s__ring_get(&l->in, &v, 1, v.iov_len, false);
       if (k > 0) {
         feed(l, l->s->rxbuf, (size_t)k);
+        l->in_ring_bytes += (uint64_t)k;
         moved = true;
         /* The credit into the server's credit line, and a doorbell as
          * above; not once we hold the server's last byte: it may be gone
@@ -561,6 +582,284 @@ static bool honest_rings(liar_t *l)
   return true;
 }
 
+/* ---- rings by file descriptor (FETCH, HANDED: src/transport/shm_fd.h) ---- */
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
+/* What a ring handed over must be sealed with: its size can neither shrink
+ * (a SIGBUS in the end that maps it) nor grow, and the seals cannot change. */
+#define RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static bool have_handed(liar_t *l)
+{
+  return l->got_handed;
+}
+static bool have_fetch(liar_t *l)
+{
+  return l->got_fetch;
+}
+
+/* A listening Unix socket with an abstract name the kernel picks, as the
+ * shim's taker makes one; *ask gets its address. Nonblocking: a look for a
+ * connection never waits. */
+static int fd_listen(r2s_fetch_t *ask)
+{
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  socklen_t len = sizeof sa;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa_family_t)) < 0 || listen(fd, 16) < 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+    sc_die(SC_EXIT_FAIL, "lying_peer: a Unix listener: %s", strerror(errno));
+  memset(ask, 0, sizeof *ask);
+  ask->addr_len = (uint8_t)(len - offsetof(struct sockaddr_un, sun_path));
+  memcpy(ask->addr, sa.sun_path, ask->addr_len);
+  return fd;
+}
+
+static void send_fetch(liar_t *l, const r2s_fetch_t *ask)
+{
+  uint8_t f[R2S_FRAME_HDR_LEN + 1 + R2S_FETCH_ADDR_MAX];
+  int n = r2s__fetch_encode(ask, f, sizeof f);
+  if (n < 0) sc_die(SC_EXIT_FAIL, "lying_peer: FETCH encode: %s", strerror(-n));
+  l->asked = true;
+  send_all(l, f, (size_t)n, 0);
+}
+
+static void send_handed(liar_t *l, uint64_t status, const uint8_t nonce[R2S_NONCE_LEN])
+{
+  r2s_handed_t h = {.status = status};
+  uint8_t f[R2S_FRAME_HDR_LEN + 8 + R2S_NONCE_LEN];
+  memcpy(h.nonce, nonce, R2S_NONCE_LEN);
+  int n = r2s__handed_encode(&h, f, sizeof f);
+  if (n < 0) sc_die(SC_EXIT_FAIL, "lying_peer: HANDED encode: %s", strerror(-n));
+  send_all(l, f, (size_t)n, 0);
+}
+
+/* A lie must not have made the server connect to the socket it named. */
+static void expect_no_connection(int lfd, bool *ok)
+{
+  int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (c >= 0) {
+    fprintf(stderr, "lying_peer: the server connected to the socket of a FETCH it had to refuse\n");
+    *ok = false;
+    close(c);
+  }
+}
+
+/* The descriptor that came on our listener alone and with exactly the
+ * nonce, as the shim's taker looks for it; -1 if none did. The server
+ * connected and sent before it sent HANDED, so all of it is queued. */
+static int take_ring_fd(int lfd, const uint8_t nonce[R2S_NONCE_LEN])
+{
+  int c;
+  while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+    uint8_t got[R2S_NONCE_LEN + 1];
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(4 * sizeof(int))];
+    } cm;
+    struct iovec v = {got, sizeof got};
+    struct msghdr m = {
+        .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
+    ssize_t n = recvmsg(c, &m, MSG_CMSG_CLOEXEC);
+    close(c);
+    int fds[4], nfd = 0;
+    for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h))
+      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+        for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfd < 4; i++)
+          memcpy(&fds[nfd++], CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+    if (n == R2S_NONCE_LEN && nfd == 1 && !(m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+        memcmp(got, nonce, R2S_NONCE_LEN) == 0)
+      return fds[0];
+    for (int i = 0; i < nfd; i++) close(fds[i]);
+  }
+  return -1;
+}
+
+/* A ring the shim hands over must be what its taker demands of one: sealed
+ * (RING_SEALS, and writable), a regular file of exactly `bytes`. */
+static bool ring_fd_ok(int fd, size_t bytes)
+{
+  struct stat sb;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & RING_SEALS) != RING_SEALS || (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))) {
+    fprintf(stderr, "lying_peer: the server's ring came with seals %#x, not %#x\n", (unsigned)seals,
+            RING_SEALS);
+    return false;
+  }
+  if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != bytes) {
+    fprintf(stderr, "lying_peer: the server's ring came as a file of %lld bytes, not %zu\n",
+            (long long)sb.st_size, bytes);
+    return false;
+  }
+  return true;
+}
+
+/* The honest taker: asks for the server's ring by descriptor, takes it as
+ * the shim would, checks it, maps it as the ring we produce into (RING not
+ * sent yet). Returns the descriptor (the caller closes it), -1 on failure. */
+static int fetch_server_ring(liar_t *l)
+{
+  r2s_fetch_t ask;
+  if (!(l->peer_hs.caps & R2S_CAP_SHM_FD)) {
+    fprintf(stderr, "lying_peer: the server's HANDSHAKE does not offer its ring by descriptor\n");
+    return -1;
+  }
+  l->fetch_lfd = fd_listen(&ask);
+  send_fetch(l, &ask);
+  if (!run_until(l, have_handed, 10) || l->handed.status != 0) {
+    fprintf(stderr, "lying_peer: no HANDED from the server, or a failed one (status %" PRIu64 ")\n",
+            l->handed.status);
+    return -1;
+  }
+  int fd = take_ring_fd(l->fetch_lfd, l->handed.nonce);
+  close(l->fetch_lfd);
+  l->fetch_lfd = -1;
+  size_t bytes = r2s__ring_bytes(l->peer_hs.shm.ring_size);
+  if (fd < 0) fprintf(stderr, "lying_peer: no message with the HANDED nonce and one descriptor came\n");
+  if (fd < 0 || !ring_fd_ok(fd, bytes)) goto err_close;
+  /* The owner moved its ring out of the named segment: the name must be
+   * gone, or anyone of its user could still open the ring. */
+  int named = shm_open(l->peer_hs.shm.name, O_RDWR, 0);
+  if (named >= 0 || errno != ENOENT) {
+    fprintf(stderr, "lying_peer: the server's segment can still be opened by name after it handed it over\n");
+    if (named >= 0) close(named);
+    goto err_close;
+  }
+  l->out_len = bytes;
+  l->out_mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (l->out_mem == MAP_FAILED || r2s__ring_attach(&l->out, l->out_mem, l->peer_hs.shm.ring_size) < 0) {
+    fprintf(stderr, "lying_peer: cannot map the server's ring: %s\n", strerror(errno));
+    goto err_close;
+  }
+  l->out_on = true;
+  return fd;
+err_close:
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+/* A memfd of `bytes` with the seals given, to hand over as a ring of ours. */
+static int ring_memfd(size_t bytes, unsigned seals)
+{
+  int fd = memfd_create("lying-peer-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0 || (seals && fcntl(fd, F_ADD_SEALS, seals) < 0))
+    sc_die(SC_EXIT_FAIL, "lying_peer: memfd: %s", strerror(errno));
+  return fd;
+}
+
+/* A POSIX shared-memory segment as the shim makes them (0600, the size of
+ * a ring), unlinked at once, as a ring of ours to hand over. */
+static int ring_shm_file(size_t bytes)
+{
+  char name[R2S_SHM_NAME_MAX];
+  uint32_t r = 0;
+  (void)getrandom(&r, sizeof r, 0);
+  snprintf(name, sizeof name, "/r2s-%d-liarfd%08x", (int)getpid(), r);
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0)
+    sc_die(SC_EXIT_FAIL, "lying_peer: shm_open: %s", strerror(errno));
+  shm_unlink(name);
+  return fd;
+}
+
+/* The owner's half: connects to the address of the server's FETCH and
+ * sends one message, `len` bytes of nonce and the nfd descriptors fds. */
+static int hand_fds(const r2s_fetch_t *to, const uint8_t *nonce, size_t len, const int *fds, int nfd)
+{
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, to->addr, to->addr_len);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0 || connect(s, (struct sockaddr *)&sa,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + to->addr_len)) < 0) {
+    int err = errno;
+    if (s >= 0) close(s);
+    return -err;
+  }
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(4 * sizeof(int))];
+  } cm;
+  memset(&cm, 0, sizeof cm);
+  struct iovec v = {(void *)nonce, len};
+  struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+  if (nfd > 0) {
+    m.msg_control = cm.buf;
+    m.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+    memcpy(CMSG_DATA(h), fds, (size_t)nfd * sizeof(int));
+  }
+  ssize_t n = sendmsg(s, &m, MSG_NOSIGNAL);
+  int err = n == (ssize_t)len ? 0 : n < 0 ? errno : EIO;
+  close(s);
+  return -err;
+}
+
+/* Our receive ring in the memfd fd, ready for the server's RING. */
+static void in_ring_at(liar_t *l, int fd)
+{
+  l->in_len = r2s__ring_bytes(IN_RING_SIZE);
+  l->in_mem = mmap(NULL, l->in_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (l->in_mem == MAP_FAILED || r2s__ring_attach(&l->in, l->in_mem, IN_RING_SIZE) < 0)
+    sc_die(SC_EXIT_FAIL, "lying_peer: cannot map our ring: %s", strerror(errno));
+  l->in_offered = true;
+}
+
+/* Our switch mark and a HANDSHAKE that offers a ring the server cannot
+ * open by name (no segment has the name: ENOENT) but may fetch by
+ * descriptor (R2S_CAP_SHM_FD): the server answers with FETCH. */
+static void offer_by_fd(liar_t *l, uint64_t ring_size)
+{
+  r2s_handshake_t h;
+  memset(&h, 0, sizeof h);
+  h.version = h.min_version = R2S_PROTO_VERSION;
+  h.caps = l->caps = R2S_CAP_SHM_FD;
+  host_identity(h.boot_id, &h.netns);
+  in_ring_name(l);
+  h.has_shm = 1;
+  memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
+  h.shm.ring_size = ring_size;
+  uint8_t buf[256];
+  int n = r2s__handshake_encode(&h, buf, sizeof buf);
+  send_urgent(l, R2S_SWITCH_BYTE);
+  send_all(l, buf, (size_t)n, 0);
+}
+
+/* Whether process pid holds the file behind fd, in its descriptor table or
+ * mapped; -1 if its /proc cannot be read. */
+static int pid_holds(int pid, int fd)
+{
+  struct stat want, sb;
+  char dir[64], path[384], line[4096];
+  if (fstat(fd, &want) < 0) return -1;
+  snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int held = 0;
+  for (struct dirent *e; !held && (e = readdir(d));) {
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.' && stat(path, &sb) == 0 && sb.st_dev == want.st_dev && sb.st_ino == want.st_ino)
+      held = 1;
+  }
+  closedir(d);
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  while (!held && fgets(line, sizeof line, f)) {
+    unsigned maj, mnr;
+    unsigned long ino;
+    if (sscanf(line, "%*s %*s %*s %x:%x %lu", &maj, &mnr, &ino) == 3 && makedev(maj, mnr) == want.st_dev &&
+        ino == want.st_ino)
+      held = 1;
+  }
+  fclose(f);
+  return held;
+}
+
 /* ---- the cases ---- */
 
 typedef struct lie_s {
@@ -611,6 +910,41 @@ static const lie_t lies[] = {
     {"name-own-ring", EXPECT_VERIFIED, "the server's own ring offered back to it: fall back"},
     {"stall-credits", EXPECT_CLOSED, "never take bytes from our ring: the server's writer must sleep"},
     {"die-mid-ring", EXPECT_CLOSED, "exit in the middle of a ring transfer"},
+    /* Rings by descriptor. As the taker: we offer our ring by name and
+     * pretend we cannot open the server's, so we FETCH it. */
+    {"fetch-honest", EXPECT_VERIFIED,
+     "no lie: the server's ring by descriptor (sealed, its size; the name gone), our stream through it"},
+    {"fetch-path", EXPECT_CLOSED, "FETCH naming a filesystem socket (listening), not an abstract one"},
+    {"fetch-bad-len", EXPECT_CLOSED, "FETCH whose address length is one past the bytes it carries"},
+    {"fetch-twice", EXPECT_CLOSED, "a second FETCH after the server handed its ring over"},
+    {"fetch-after-ring", EXPECT_CLOSED, "FETCH after our RING (the server's ring opened by name)"},
+    {"fetch-nobody", EXPECT_VERIFIED,
+     "FETCH naming an abstract socket nobody listens on: HANDED with an errno, then frames"},
+    /* As the owner: we offer a ring by a name that does not exist, with
+     * R2S_CAP_SHM_FD, so the server FETCHes it from us. */
+    {"handed-unsolicited", EXPECT_CLOSED, "HANDED though the server never asked (our ring was open by name)"},
+    {"handed-honest", EXPECT_VERIFIED,
+     "no lie: our ring as a sealed memfd; all of the server's stream comes through it"},
+    {"handed-impostor", EXPECT_VERIFIED,
+     "another ring with a wrong nonce on the server's socket first: it takes ours, not the impostor's"},
+    {"handed-wrong-nonce", EXPECT_VERIFIED,
+     "our ring sent with a nonce other than HANDED's: declined, frames"},
+    {"handed-unsealed", EXPECT_VERIFIED,
+     "a memfd with no seals (we could shrink it under the server): declined"},
+    {"handed-shm-file", EXPECT_VERIFIED, "a shm_open'd segment, not a sealed memfd: declined"},
+    {"handed-wrong-size", EXPECT_VERIFIED, "a sealed memfd half the size of the ring offered: declined"},
+    {"handed-nothing", EXPECT_VERIFIED, "HANDED 0, but nothing sent to the server's socket: declined"},
+    {"handed-no-fd", EXPECT_VERIFIED, "the nonce sent without a descriptor: declined"},
+    {"handed-two-fds", EXPECT_VERIFIED,
+     "the nonce with two good rings: declined, and the server keeps neither"},
+    {"handed-status", EXPECT_VERIFIED,
+     "a good ring and its nonce sent, but HANDED says it failed (EPERM): declined"},
+    {"handed-plain", EXPECT_VERIFIED,
+     "PLAIN instead of HANDED (our direction back to plain TCP): the server gives up on our ring"},
+    {"handed-own-ring", EXPECT_VERIFIED,
+     "the server's own ring, fetched from it, handed back to it as ours: declined"},
+    {"handed-bad-len", EXPECT_CLOSED, "a HANDED of 23 bytes, not 24"},
+    {"handed-twice", EXPECT_CLOSED, "a second HANDED after the server took our ring"},
     /* Over RDMA (R2SOCK_TRANSPORT=rdma on the server; an RDMA device for the
      * address, so run in the rxe guest: tests/rxe/guest-liar.sh). */
     {"rdma-honest", EXPECT_VERIFIED, "no lie: both directions through RDMA rings"},
@@ -1069,11 +1403,304 @@ static enum expect rdma_case(liar_t *l, const char *kase, const struct run_opts 
   return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
 }
 
+/* The liar as the taker of the server's ring by descriptor (fetch-*): it
+ * offers its own ring by name, honestly, and pretends it cannot open the
+ * server's. Our stream waits until the lie is out (honest: until our
+ * RING): the server, waiting for its header, reads each frame as it
+ * comes, and is still reading when the lie arrives. */
+static enum expect fetch_case(liar_t *l, const char *kase, bool *ok)
+{
+  r2s_fetch_t ask;
+  int lfd = -1;
+  bool closed;
+  if (IS("fetch-after-ring")) {
+    l->tx_cap = 256 << 10; /* the server must still be reading when the lie comes */
+    if (!honest_rings(l)) {
+      *ok = false;
+      return EXPECT_VERIFIED;
+    }
+    (void)run_until(l, header_sent, 10);
+    lfd = fd_listen(&ask);
+    send_fetch(l, &ask);
+    l->bad++;
+    closed = await_close(l, 10);
+    expect_no_connection(lfd, ok);
+    close(lfd);
+    return closed ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  if (!hello(l)) return EXPECT_CLOSED;
+  switch_mark(l, true);
+  l->tx_on = false;
+  if (!await_hs(l)) {
+    fprintf(stderr, "lying_peer: no shared-memory HANDSHAKE from the server\n");
+    *ok = false;
+    return EXPECT_VERIFIED;
+  }
+  if (!(l->peer_hs.caps & R2S_CAP_SHM_FD)) {
+    fprintf(stderr, "lying_peer: the server's HANDSHAKE lacks R2S_CAP_SHM_FD\n");
+    *ok = false;
+  }
+  if (IS("fetch-path") || IS("fetch-bad-len")) {
+    if (IS("fetch-path")) {
+      /* A real socket there: a server that connected would show. */
+      struct sockaddr_un sa = {.sun_family = AF_UNIX};
+      const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+      int n = snprintf(sa.sun_path, sizeof sa.sun_path, "%s/lying-peer-%d.sock", dir, (int)getpid());
+      lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (n <= 0 || (size_t)n >= sizeof sa.sun_path || lfd < 0 ||
+          bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 16) < 0)
+        sc_die(SC_EXIT_FAIL, "lying_peer: a listener at %s: %s", sa.sun_path, strerror(errno));
+      memset(&ask, 0, sizeof ask);
+      ask.addr_len = (uint8_t)(n + 1);
+      memcpy(ask.addr, sa.sun_path, ask.addr_len);
+      send_fetch(l, &ask);
+      l->bad++;
+      closed = await_close(l, 10);
+      unlink(sa.sun_path);
+    } else {
+      /* One byte more than the frame carries: a receiver that believed it
+       * would read past the payload. */
+      uint8_t pl[1 + R2S_FETCH_ADDR_MAX];
+      lfd = fd_listen(&ask);
+      pl[0] = (uint8_t)(ask.addr_len + 1);
+      memcpy(pl + 1, ask.addr, ask.addr_len);
+      l->asked = true;
+      send_hdr(l, R2S_FRAME_FETCH, 1u + ask.addr_len);
+      send_all(l, pl, 1u + ask.addr_len, 0);
+      l->bad++;
+      closed = await_close(l, 10);
+    }
+    expect_no_connection(lfd, ok);
+    close(lfd);
+    return closed ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  if (IS("fetch-nobody")) {
+    uint32_t r = 0;
+    (void)getrandom(&r, sizeof r, 0);
+    memset(&ask, 0, sizeof ask);
+    ask.addr_len = (uint8_t)(1 + snprintf((char *)ask.addr + 1, sizeof ask.addr - 1,
+                                          "lying-peer-nobody-%d-%08x", (int)getpid(), r));
+    send_fetch(l, &ask);
+    l->bad++;
+    static const uint8_t zero[R2S_NONCE_LEN];
+    if (!run_until(l, have_handed, 10) || l->handed.status == 0 ||
+        memcmp(l->handed.nonce, zero, sizeof zero) != 0) {
+      fprintf(stderr,
+              "lying_peer: expected a HANDED with an errno and no nonce (handed=%d status=%" PRIu64 ")\n",
+              l->got_handed, l->handed.status);
+      *ok = false;
+    }
+    printf("lying_peer: HANDED status %" PRIu64 " (%s)\n", l->handed.status,
+           l->handed.status < 4096 ? strerror((int)l->handed.status) : "?");
+    /* As a shim taker does after a failed fetch that began with ENOENT:
+     * DECLINE, our direction stays on frames. */
+    send_u64(l, R2S_FRAME_DECLINE, 2);
+    l->tx_on = true;
+    if (!run_until(l, stream_done, 60)) *ok = false;
+    return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+  }
+  int fd = fetch_server_ring(l); /* fetch-honest, fetch-twice */
+  if (fd < 0) {
+    *ok = false;
+    return EXPECT_VERIFIED;
+  }
+  close(fd);
+  if (IS("fetch-twice")) {
+    /* Before our RING: only the once-only rule refuses it. */
+    lfd = fd_listen(&ask);
+    send_fetch(l, &ask);
+    l->bad++;
+    closed = await_close(l, 10);
+    close(lfd);
+    return closed ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  send_u64(l, R2S_FRAME_RING, 0);
+  l->tx_on = true;
+  if (!run_until(l, stream_done, 60)) *ok = false;
+  /* The stream waited for RING: every byte of it went through the ring. */
+  if (l->out.tail < l->s->tx_data_bytes) {
+    fprintf(stderr, "lying_peer: only %" PRIu64 " of our %" PRIu64 " bytes went through the server's ring\n",
+            l->out.tail, l->s->tx_data_bytes);
+    *ok = false;
+  }
+  return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+}
+
+/* A descriptor the server refused must not stay with it (nor one it never
+ * had to take, the impostor's); one it took must be mapped there, which
+ * also shows that pid_holds sees such a thing. */
+static void expect_held(const struct run_opts *ro, int fd, bool want, const char *what, bool *ok)
+{
+  if (fd < 0 || ro->watch_pid <= 0) return;
+  int held = pid_holds(ro->watch_pid, fd);
+  if (held < 0) {
+    fprintf(stderr, "lying_peer: cannot read the server's /proc for %s\n", what);
+    *ok = false;
+  } else if (held != want) {
+    fprintf(stderr, "lying_peer: the server %s %s\n", held ? "still holds" : "does not hold", what);
+    *ok = false;
+  }
+}
+
+/* Once the server has answered our ring with RING or DECLINE, the socket
+ * it asked for it on must be gone: nothing can come on it any more, and a
+ * message left in its queue would keep our descriptor in flight there. */
+static void expect_listener_closed(const liar_t *l, bool *ok)
+{
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, l->fetch.addr, l->fetch.addr_len);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s < 0) sc_die(SC_EXIT_FAIL, "lying_peer: socket: %s", strerror(errno));
+  if (connect(s, (struct sockaddr *)&sa,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + l->fetch.addr_len)) == 0) {
+    fprintf(stderr, "lying_peer: the server's FETCH socket still listens after it answered\n");
+    *ok = false;
+  }
+  close(s);
+}
+
+/* The liar as the owner of a ring the server fetches (handed-*): its
+ * HANDSHAKE offers a ring by a name that does not exist, with
+ * R2S_CAP_SHM_FD, so the server's attach fails (ENOENT) and it sends
+ * FETCH; we answer as the case says. We decline the server's ring (our
+ * stream goes as DATA frames), except in handed-own-ring, where we fetch
+ * it. Our stream waits until the server has answered with RING or
+ * DECLINE: the server sends its own only after our header, so all of it
+ * takes the path the server chose. */
+static enum expect handed_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
+{
+  uint8_t nonce[R2S_NONCE_LEN], other[R2S_NONCE_LEN];
+  (void)getrandom(nonce, sizeof nonce, 0);
+  (void)getrandom(other, sizeof other, 0);
+  if (!hello(l)) return EXPECT_CLOSED;
+  if (IS("handed-unsolicited")) {
+    switch_mark(l, true); /* a ring the server opens by name: it never asks */
+    l->tx_on = false;
+    send_handed(l, 0, nonce);
+    l->bad++;
+    return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  uint64_t ring_size = IN_RING_SIZE;
+  int own = -1;
+  if (IS("handed-own-ring")) {
+    /* The server answers our hello alone (it reads): its ring's size is
+     * the size we must claim for the ring we hand back. */
+    if (!await_hs(l)) {
+      *ok = false;
+      return EXPECT_VERIFIED;
+    }
+    ring_size = l->peer_hs.shm.ring_size;
+  }
+  offer_by_fd(l, ring_size);
+  if (IS("handed-own-ring")) {
+    if ((own = fetch_server_ring(l)) < 0) {
+      *ok = false;
+      return EXPECT_VERIFIED;
+    }
+    send_u64(l, R2S_FRAME_RING, 0);
+  } else {
+    send_u64(l, R2S_FRAME_DECLINE, 2);
+  }
+  if (!run_until(l, have_fetch, 10)) {
+    fprintf(stderr, "lying_peer: the server did not ask for our ring by descriptor\n");
+    *ok = false;
+    return EXPECT_VERIFIED;
+  }
+  size_t bytes = r2s__ring_bytes(ring_size);
+  int fds[2] = {-1, -1}, nfd = 1, imp = -1;
+  uint64_t status = 0;
+  bool send_msg = !IS("handed-nothing") && !IS("handed-plain");
+  const uint8_t *msg_nonce = IS("handed-wrong-nonce") ? other : nonce;
+  if (IS("handed-own-ring"))
+    fds[0] = own;
+  else if (IS("handed-unsealed"))
+    fds[0] = ring_memfd(bytes, 0);
+  else if (IS("handed-shm-file"))
+    fds[0] = ring_shm_file(bytes);
+  else if (IS("handed-wrong-size"))
+    fds[0] = ring_memfd(R2S_RING_CTL_SIZE + ring_size / 2, RING_SEALS);
+  else
+    fds[0] = ring_memfd(bytes, RING_SEALS);
+  /* Whatever we hand over is our ring, if it can be: a server that took a
+   * ring it should have refused then shows by its RING. */
+  if (!IS("handed-own-ring") && !IS("handed-wrong-size")) in_ring_at(l, fds[0]);
+  if (IS("handed-no-fd")) nfd = 0;
+  if (IS("handed-two-fds")) fds[1] = ring_memfd(bytes, RING_SEALS), nfd = 2;
+  if (IS("handed-status")) status = EPERM;
+  int rc = 0;
+  if (IS("handed-impostor")) {
+    /* What anyone who can connect to the server's socket first could try:
+     * a ring of its own, without the nonce, which only we and the server
+     * know. */
+    imp = ring_memfd(bytes, RING_SEALS);
+    rc = hand_fds(&l->fetch, other, sizeof other, &imp, 1);
+  }
+  if (!rc && send_msg) rc = hand_fds(&l->fetch, msg_nonce, R2S_NONCE_LEN, fds, nfd);
+  if (rc < 0) {
+    fprintf(stderr, "lying_peer: cannot reach the server's FETCH socket: %s\n", strerror(-rc));
+    *ok = false;
+  }
+  if (IS("handed-plain")) {
+    /* Our direction back to plain TCP while the server waits for HANDED:
+     * none can come behind PLAIN, so it must give up on our ring. */
+    send_u64(l, R2S_FRAME_PLAIN, 0);
+    l->tx_plain = true;
+  } else if (IS("handed-bad-len")) {
+    uint8_t pl[8 + R2S_NONCE_LEN - 1] = {0}; /* status 0, the nonce short of a byte */
+    memcpy(pl + 8, nonce, sizeof pl - 8);
+    send_hdr(l, R2S_FRAME_HANDED, sizeof pl);
+    send_all(l, pl, sizeof pl, 0);
+  } else {
+    send_handed(l, status, nonce);
+  }
+  bool want_ring = IS("handed-honest") || IS("handed-impostor") || IS("handed-twice");
+  if (!want_ring) l->bad++;
+  if (IS("handed-bad-len")) return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  if (!run_until(l, ring_or_decline, 10) || l->got_ring != want_ring) {
+    fprintf(stderr, "lying_peer: expected the server to %s our ring (ring=%d decline=%d)\n",
+            want_ring ? "take" : "decline", l->got_ring, l->got_decline);
+    *ok = false;
+  }
+  if (IS("handed-twice")) {
+    send_handed(l, 0, nonce);
+    l->bad++;
+    return await_close(l, 10) ? EXPECT_CLOSED : EXPECT_VERIFIED;
+  }
+  expect_listener_closed(l, ok);
+  if (!IS("handed-own-ring")) {
+    expect_held(ro, fds[0], want_ring, "the ring we handed over", ok);
+    expect_held(ro, fds[1], false, "the second ring of the message", ok);
+    expect_held(ro, imp, false, "the impostor's ring", ok);
+  }
+  l->tx_on = true;
+  if (!run_until(l, stream_done, 60)) *ok = false;
+  /* The server's stream waited for our header, which waited for its
+   * RING: every byte of it came through our ring. */
+  if (want_ring && l->in_ring_bytes < l->s->rx_data_bytes) {
+    fprintf(stderr, "lying_peer: only %" PRIu64 " of the server's %" PRIu64 " bytes came through our ring\n",
+            l->in_ring_bytes, l->s->rx_data_bytes);
+    *ok = false;
+  }
+  if (imp >= 0) {
+    r2s_ring_ctl_t ctl;
+    if (pread(imp, &ctl, sizeof ctl, 0) != (ssize_t)sizeof ctl || ctl.tail != 0) {
+      fprintf(stderr, "lying_peer: the server wrote into the impostor's ring\n");
+      *ok = false;
+    }
+    close(imp);
+  }
+  for (int i = 0; i < 2; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  return stream_done(l) ? EXPECT_VERIFIED : EXPECT_CLOSED;
+}
+
 /* Runs the case; returns the outcome reached. */
 static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *ro, bool *ok)
 {
   *ok = true;
   if (l->rd) return rdma_case(l, kase, ro, ok);
+  if (strncmp(kase, "fetch-", 6) == 0) return fetch_case(l, kase, ok);
+  if (strncmp(kase, "handed-", 7) == 0) return handed_case(l, kase, ro, ok);
   if (IS("honest-ring") || IS("ignored-frames") || IS("stall-credits") || IS("die-mid-ring")) {
     /* die-mid-ring must die with the ring in use: like plain-honest, a
      * server slow to send its HANDSHAKE (a loaded host) could otherwise
@@ -1306,6 +1933,7 @@ static void liar_connect(liar_t *l, const char *host, int port, bool rdma, const
     if (!(l->rd = lr_open(l->fd, IN_RING_SIZE, (uint8_t **)&l->in_mem, &l->out_ctl)))
       sc_die(SC_EXIT_FAIL, "lying_peer: no RDMA");
   }
+  l->fetch_lfd = -1;
   l->s = sc_session_new(SC_CLIENT, l->fd, 1, p);
   if (!l->s) sc_die(SC_EXIT_FAIL, "lying_peer: out of memory");
 }

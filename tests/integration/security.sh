@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # What docs/security.md promises about shared memory, checked on live
 # connections, both ends under the shim with R2SOCK_UPGRADE=now.
-#   usage: security.sh other-user|names
+#   usage: security.sh other-user|private-shm|names
 #   other-user: the server runs as `nobody` (setpriv), the client as root:
-#               neither may map the other's ring, so each end, having
-#               declined the other's, sends its direction back to plain TCP
-#               (their debug logs say so; before, both stayed on TCP frames
-#               for good); 8 MiB each way verified, both ends count it in
-#               tcp_other_user and none in conn_shm. Needs root (skipped
-#               otherwise, with the reason).
+#               neither can open the other's ring by name (mode 0600, and
+#               a segment of another owner is refused), so each asks for it
+#               by descriptor (FETCH) and gets it as a sealed memfd over a
+#               Unix socket (docs/protocol.md, "Rings by file descriptor").
+#               During a 256 MiB stream each way, each process maps exactly
+#               two rings, both memfds, and no r2s ring name of either is
+#               left in /dev/shm; at the end both count conn_shm=1 and
+#               rings_by_fd=1, none in tcp_other_user, and their debug logs
+#               say they asked and handed over once. Before (2026-11-27)
+#               such connections went back to plain TCP (tcp_other_user).
+#               Needs root (skipped otherwise, with the reason).
+#   private-shm: the same for a server with a /dev/shm of its own (a mount
+#               namespace with its own tmpfs there, as in a container that
+#               shares the host's network): the names are not found
+#               (ENOENT). Before, both directions stayed on DATA frames
+#               for the whole connection (tcp_no_resources).
 #   names:      during a live upgraded connection no /dev/shm/r2s-* name of
 #               either end is left (unlinked once both hold the ring); the
 #               rings each process maps (found in /proc/PID/maps) are named
@@ -21,7 +31,7 @@ source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
 source "$(dirname "$0")/mixed-lib.sh"
 
-mode=${1:?usage: security.sh other-user|names}
+mode=${1:?usage: security.sh other-user|private-shm|names}
 needs_rings "nothing to check without the shim" "no shared memory is ever made"
 
 # start_server PREFIX...: stream_check server under the shim, stats and log
@@ -43,28 +53,55 @@ serve() {
 }
 
 case $mode in
-  other-user)
-    [[ $(id -u) == 0 ]] || skip "running one end as nobody needs root"
-    command -v setpriv >/dev/null || skip "setpriv is not installed"
-    setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$R2SOCK_LIB" ||
-      skip "user nobody cannot read $R2SOCK_LIB (a parent directory is not world-searchable)"
-    serve setpriv --reuid=65534 --regid=65534 --clear-groups env R2SOCK_LOG=debug
+  other-user | private-shm)
+    if [[ $mode == other-user ]]; then
+      [[ $(id -u) == 0 ]] || skip "running one end as nobody needs root"
+      command -v setpriv >/dev/null || skip "setpriv is not installed"
+      setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$R2SOCK_LIB" ||
+        skip "user nobody cannot read $R2SOCK_LIB (a parent directory is not world-searchable)"
+      as_server=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    else
+      # shellcheck disable=SC2016 # expanded by the inner shell
+      as_server=(unshare -m --propagation private sh -c 'mount -t tmpfs -o size=64m none /dev/shm && exec "$@"' sh)
+      "${as_server[@]}" true 2>/dev/null || skip "cannot make a mount namespace with its own /dev/shm here"
+    fi
+    serve "${as_server[@]}" env R2SOCK_LOG=debug
     shim_at "$OUT/client.stats"
-    R2SOCK_LOG=debug run_to "$OUT/client.log" 60 "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$PORT" \
-      --bytes 8M --bidir
+    R2SOCK_LOG=debug "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$PORT" --bytes 256M --bidir \
+      --timeout 60 >"$OUT/client.log" 2>&1 &
+    CPID=$!
+    LIVE+=("$CPID")
+    # Each end maps its own ring and the peer's, both memfds, once upgraded.
+    deadline=$((SECONDS + 20))
+    until (($(grep -c '/memfd:r2s-ring' "/proc/$SPID/maps" 2>/dev/null || true) >= 2 &&
+      $(grep -c '/memfd:r2s-ring' "/proc/$CPID/maps" 2>/dev/null || true) >= 2)); do
+      ((SECONDS < deadline)) || fail "the two ends did not map two memfd rings each within 20 s"
+      kill -0 "$CPID" 2>/dev/null || fail "the client ended before it was upgraded: $(tail -n 5 "$OUT/client.log")"
+      sleep 0.01
+    done
+    for pid in "$SPID" "$CPID"; do
+      n=$(grep -c '/memfd:r2s-ring' "/proc/$pid/maps" || true)
+      named=$(grep -c ' /dev/shm/r2s-[0-9]' "/proc/$pid/maps" || true)
+      ((n == 2 && named == 0)) || fail "pid $pid maps $n memfd rings and $named named ones (expected 2 and 0)"
+      # the server's /dev/shm may be its own: look at it as it sees it
+      left=$(find "/proc/$pid/root/dev/shm/" /dev/shm/ -maxdepth 1 -name "r2s-[0-9]*" -printf '%f ' 2>/dev/null)
+      [[ -z $left ]] || fail "ring names left in a /dev/shm during the live connection: $left"
+    done
+    wait "$CPID" || fail "the client failed: $(tail -n 5 "$OUT/client.log")"
     rc=0
     wait "$SPID" || rc=$?
-    ((rc == 0)) || fail "the server (as nobody) failed with $rc: $(cat "$OUT/server.log")"
+    ((rc == 0)) || fail "the server failed with $rc: $(tail -n 5 "$OUT/server.log")"
     for end in server client; do
-      ou=$(STATS=$OUT/$end.stats stats_sum tcp_other_user)
-      shm=$(STATS=$OUT/$end.stats stats_sum conn_shm)
-      ((ou == 1 && shm == 0)) ||
-        fail "the $end should count the connection in tcp_other_user (saw $ou) and none in conn_shm (saw $shm)"
-      back=$(grep -c "ring is out of reach (another user): the send direction goes back to plain TCP" \
-        "$OUT/$end.log" || true)
-      ((back == 1)) || fail "the $end's send direction should have gone back to plain TCP once (debug log), saw $back"
+      for want in conn_shm=1 rings_by_fd=1 tcp_other_user=0 tcp_no_resources=0; do
+        got=$(STATS=$OUT/$end.stats stats_sum "${want%=*}")
+        ((got == ${want#*=})) || fail "the $end counted ${want%=*}=$got (expected ${want#*=})"
+      done
+      for line in "asked for it by descriptor" "handed our ring to the peer by descriptor"; do
+        n=$(grep -c "$line" "$OUT/$end.log" || true)
+        ((n == 1)) || fail "the $end's debug log should say '$line' once, saw $n"
+      done
     done
-    log "other-user: 8 MiB each way verified; both ends counted tcp_other_user=1, conn_shm=0 and went back to plain TCP"
+    log "$mode: 256 MiB each way verified over two memfd rings per end, no ring name left, rings_by_fd=1 each"
     ;;
   names)
     serve env R2SOCK_LOG=info

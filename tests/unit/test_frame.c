@@ -232,6 +232,58 @@ static void test_u64_frames(void **state)
   assert_int_equal(r2s__frame_u64_encode(R2S_FRAME_FIN, 1, b, 15), -ENOSPC);
 }
 
+/* FETCH names an abstract Unix socket and nothing else; HANDED is a status
+ * and a nonce, exactly. */
+static void test_fetch_handed(void **state)
+{
+  (void)state;
+  uint8_t b[R2S_FRAME_HDR_LEN + 1 + R2S_FETCH_ADDR_MAX + 1];
+  r2s_frame_hdr_t h;
+  r2s_fetch_t f = {.addr_len = 6, .addr = {0, '0', '1', 'a', 'f', '9'}}, g;
+  int n = r2s__fetch_encode(&f, b, sizeof b);
+  assert_int_equal(n, R2S_FRAME_HDR_LEN + 7);
+  assert_int_equal(r2s__frame_hdr_parse(b, (size_t)n, &h), 0);
+  assert_int_equal(h.type, R2S_FRAME_FETCH);
+  assert_int_equal(h.len, 7);
+  assert_int_equal(r2s__fetch_decode(b + R2S_FRAME_HDR_LEN, h.len, &g), 0);
+  assert_int_equal(g.addr_len, 6);
+  assert_memory_equal(g.addr, f.addr, 6);
+  /* the length byte must say what follows */
+  b[R2S_FRAME_HDR_LEN] = 5;
+  assert_int_equal(r2s__fetch_decode(b + R2S_FRAME_HDR_LEN, 7, &g), -EPROTO);
+  b[R2S_FRAME_HDR_LEN] = 6;
+  assert_int_equal(r2s__fetch_decode(b + R2S_FRAME_HDR_LEN, 6, &g), -EPROTO);
+  /* a filesystem path would let the peer point us at any socket there */
+  b[R2S_FRAME_HDR_LEN + 1] = '/';
+  assert_int_equal(r2s__fetch_decode(b + R2S_FRAME_HDR_LEN, 7, &g), -EPROTO);
+  /* empty, and longer than sun_path */
+  uint8_t empty[1] = {0};
+  assert_int_equal(r2s__fetch_decode(empty, 1, &g), -EPROTO);
+  assert_int_equal(r2s__fetch_decode(empty, 0, &g), -EPROTO);
+  uint8_t big[2 + R2S_FETCH_ADDR_MAX] = {R2S_FETCH_ADDR_MAX + 1};
+  assert_int_equal(r2s__fetch_decode(big, sizeof big, &g), -EPROTO);
+  big[0] = R2S_FETCH_ADDR_MAX;
+  assert_int_equal(r2s__fetch_decode(big, sizeof big - 1, &g), 0);
+  f.addr_len = 0;
+  assert_int_equal(r2s__fetch_encode(&f, b, sizeof b), -EINVAL);
+  f.addr_len = 6;
+  assert_int_equal(r2s__fetch_encode(&f, b, R2S_FRAME_HDR_LEN + 6), -ENOSPC);
+
+  r2s_handed_t m = {.status = 0x0102030405060708ull}, k;
+  for (int i = 0; i < R2S_NONCE_LEN; i++) m.nonce[i] = (uint8_t)(0xe0 + i);
+  n = r2s__handed_encode(&m, b, sizeof b);
+  assert_int_equal(n, R2S_FRAME_HDR_LEN + 8 + R2S_NONCE_LEN);
+  assert_int_equal(r2s__frame_hdr_parse(b, (size_t)n, &h), 0);
+  assert_int_equal(h.type, R2S_FRAME_HANDED);
+  assert_int_equal(b[R2S_FRAME_HDR_LEN], 0x08); /* little-endian on the wire */
+  assert_int_equal(r2s__handed_decode(b + R2S_FRAME_HDR_LEN, h.len, &k), 0);
+  assert_true(k.status == m.status);
+  assert_memory_equal(k.nonce, m.nonce, R2S_NONCE_LEN);
+  assert_int_equal(r2s__handed_decode(b + R2S_FRAME_HDR_LEN, h.len - 1, &k), -EPROTO);
+  assert_int_equal(r2s__handed_decode(b + R2S_FRAME_HDR_LEN, h.len + 1, &k), -EPROTO);
+  assert_int_equal(r2s__handed_encode(&m, b, R2S_FRAME_HDR_LEN + 8 + R2S_NONCE_LEN - 1), -ENOSPC);
+}
+
 /* Every hello byte is told from the switch mark and the application's
  * urgent bytes, and a sized one gives its power of two. */
 static void test_hello_bytes(void **state)
@@ -264,6 +316,7 @@ int main(void)
       cmocka_unit_test(test_handshake_skips_unknown_offer),
       cmocka_unit_test(test_handshake_fit_offer),
       cmocka_unit_test(test_u64_frames),
+      cmocka_unit_test(test_fetch_handed),
       cmocka_unit_test(test_hello_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
