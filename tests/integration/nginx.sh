@@ -2,9 +2,30 @@
 # nginx (own config, master + 2 workers, sendfile on) serving static files to
 # wrk and curl, all under the shim: wrk must see no socket errors and only
 # 2xx, curl must download a 10 MiB random file byte-exact (through sendfile).
+#   usage: nginx.sh [root|www-data]
+#   root:     the workers run as root (the clients' user).
+#   www-data: the workers run as www-data, as Debian's own configuration
+#             has them, the clients as root: every connection end that moved
+#             into shared memory took its peer's ring by descriptor
+#             (rings_by_fd = conn_shm, summed) and none stayed on TCP for
+#             being another user's. Before 2026-11-28 they all stayed on TCP
+#             (tcp_other_user). Needs root.
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 need nginx wrk curl
+workers=${1:-root}
+case $workers in
+  root) ;;
+  www-data)
+    [[ $(id -u) == 0 ]] || skip "workers as www-data need root"
+    id www-data >/dev/null 2>&1 || skip "no user www-data"
+    # The workers read the files and append their stats line.
+    chmod 755 "$TMP"
+    touch "$STATS"
+    chmod 666 "$STATS"
+    ;;
+  *) fail "unknown mode '$workers'" ;;
+esac
 # Checked by hand: curl fetching 10 MiB from python's http.server makes no
 # progress in 15 s with only the ASan or the TSan runtime preloaded, no shim.
 [[ -z ${R2S_SANITIZER_RT:-} ]] || skip "curl hangs under a preloaded sanitizer runtime ($R2S_SANITIZER_RT), shim or not"
@@ -14,13 +35,13 @@ mkdir -p "$TMP/www" "$TMP/nginx-temp"
 random_file "$TMP/www/big.bin" 10M
 printf 'hello from r2sock integration test\n' >"$TMP/www/small.txt"
 
-# Workers run as root so that they can read the 0700 temp dir and append
-# their shim stats line to $TMP/stats.
+# Workers as root can read the 0700 temp dir and append their shim stats
+# line to $TMP/stats; as www-data, the directory and file were opened above.
 cat >"$TMP/nginx.conf" <<EOF
 daemon off;
 master_process on;
 worker_processes 2;
-user root;
+user $workers;
 pid $TMP/nginx.pid;
 error_log $TMP/nginx-error.log warn;
 events { worker_connections 256; }
@@ -95,4 +116,10 @@ log "nginx: $accepts connections accepted"
 # loopback, and so did curl's copy of the big file.
 big=$(file_size "$TMP/www/big.bin")
 check_stats conns=$((2 * accepts)) bulk=$((2 * 11)) bytes=$((wrk_bytes + big)) procs=6
+if [[ $workers == www-data && -n $R2SOCK_LIB ]]; then
+  shm=$(stats_sum conn_shm) byfd=$(stats_sum rings_by_fd) other=$(stats_sum tcp_other_user)
+  ((other == 0 && byfd == shm)) ||
+    fail "www-data workers: expected every upgraded end to take its ring by descriptor and none to stay on TCP as another user's, saw conn_shm=$shm rings_by_fd=$byfd tcp_other_user=$other"
+  log "www-data workers: $shm upgraded connection ends, each with its ring by descriptor"
+fi
 log PASS
