@@ -13,9 +13,16 @@
 #   check:   psql: the accounts', tellers' and branches' balances each add
 #            up to the sum of the 800 history rows' deltas, which holds
 #            only if every transaction's statements all arrived, once
-# PostgreSQL will not run as root, and the shim keeps a connection between
-# two users on TCP by design (tcp_other_user, docs/security.md): the server
-# and every client run as user postgres (setpriv). Asserted from the stats,
+# PostgreSQL will not run as root: the server runs as user postgres
+# (setpriv).
+#   usage: postgres.sh [same-user|clients-root]
+#   same-user:    every client runs as postgres too.
+#   clients-root: the clients run as root, as an administrator's psql
+#                 would: every connection end that moved into shared memory
+#                 took its peer's ring by descriptor (rings_by_fd =
+#                 conn_shm on each side). Before 2026-11-28 such
+#                 connections stayed on TCP (tcp_other_user).
+# Asserted from the stats,
 # each side's in a file of its own: the clients' connections and bytes
 # (check_stats: the two copy connections carry the bulk), the server's
 # backends count as many connection ends as the clients and, under
@@ -37,6 +44,8 @@ for p in initdb postgres psql pgbench pg_isready; do
   [[ -x $PGBIN/$p ]] || skip "program '$PGBIN/$p' is not installed"
 done
 need setpriv base64
+clients=${1:-same-user}
+[[ $clients == same-user || $clients == clients-root ]] || fail "unknown mode '$clients'"
 (($(id -u) == 0)) || skip "running PostgreSQL as user postgres needs root"
 id postgres >/dev/null 2>&1 || skip "user postgres does not exist"
 as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups)
@@ -82,6 +91,7 @@ done
 export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres PGSSLMODE=disable PGGSSENCMODE=disable
 shim_at "$PG/client.stats"
 client=("${as_pg[@]}" "${SHIM_AT[@]}")
+[[ $clients == clients-root ]] && client=("${SHIM_AT[@]}")
 psql=("$PGBIN/psql" -X -q -v ON_ERROR_STOP=1)
 
 start=$SECONDS
@@ -146,7 +156,13 @@ log "clients: conn_seen=$c_seen conn_shm=$c_shm tcp_other_user=$c_ou;" \
   fail "expected $conns backends each counting its connection (conn_seen=$conns in $conns lines), saw conn_seen=$b_seen in $b_lines lines"
 ((b_shm == c_shm)) || fail "expected the backends' conn_shm to equal the clients' ($c_shm), saw $b_shm"
 ((c_ou == 0 && b_ou == 0)) ||
-  fail "expected no connection on TCP for tcp_other_user (all run as postgres), saw clients $c_ou, server $b_ou"
+  fail "expected no connection on TCP for tcp_other_user, saw clients $c_ou, server $b_ou"
+if [[ $clients == clients-root ]]; then
+  c_fd=$(side_sum "$PG/client.stats" all rings_by_fd) b_fd=$(side_sum "$PG/server.stats" all rings_by_fd)
+  ((c_fd == c_shm && b_fd == b_shm)) ||
+    fail "clients as root: expected every upgraded end to take its ring by descriptor, saw clients rings_by_fd=$c_fd of conn_shm=$c_shm, backends $b_fd of $b_shm"
+  log "clients as root: $c_shm connections upgraded, each end's ring by descriptor"
+fi
 # Both sides together: the file went each way, each copy's two ends carry it.
 check_stats conns=$((2 * conns)) bulk=4 bytes=$((2 * size)) procs=$((5 + 1 + conns))
 shm_check_leaks
