@@ -55,6 +55,7 @@ struct r2s_tp_state_s {
   /* Rings by descriptor (shm_fd.h): the socket on which we wait for the
    * peer's (-1: none), and whether ours went to the peer so, as which file. */
   int fetch_fd;
+  ino_t fetch_ino;
   bool handed;
   dev_t handed_dev;
   ino_t handed_ino;
@@ -265,7 +266,7 @@ static void shm_seal(r2s_tp_state_t *st)
 static int shm_fetch(r2s_tp_state_t *st, r2s_fetch_t *ask)
 {
   if (st->fetch_fd >= 0) return -EALREADY;
-  int fd = r2s__shm_fd_listen(ask);
+  int fd = r2s__shm_fd_listen(ask, &st->fetch_ino);
   if (fd < 0) return fd;
   st->fetch_fd = fd;
   return 0;
@@ -322,8 +323,8 @@ static int shm_hand_over(r2s_tp_state_t *st, const r2s_fetch_t *ask, uint8_t non
 static int shm_fetched(r2s_tp_state_t *st, const r2s_handshake_t *peer, const uint8_t nonce[R2S_NONCE_LEN])
 {
   if (st->fetch_fd < 0) return -EPROTO;
-  int fd = nonce ? r2s__shm_fd_take(st->fetch_fd, nonce) : -ECANCELED;
-  r2s__libc.close(st->fetch_fd);
+  int fd = nonce ? r2s__shm_fd_take(st->fetch_fd, st->fetch_ino, nonce) : -ECANCELED;
+  r2s__shm_fd_unlisten(st->fetch_fd, st->fetch_ino);
   st->fetch_fd = -1;
   if (fd < 0) return fd;
   uint64_t size = peer->shm.ring_size;
@@ -517,7 +518,7 @@ static void shm_flush(r2s_tp_state_t *st)
 static void shm_release(r2s_tp_state_t *st)
 {
   shm_seal(st);
-  if (st->fetch_fd >= 0) r2s__libc.close(st->fetch_fd);
+  r2s__shm_fd_unlisten(st->fetch_fd, st->fetch_ino);
   unmap(&st->own_mem, st->own_len);
   unmap(&st->peer_mem, st->peer_len);
   free(st);

@@ -56,7 +56,19 @@ int r2s__shm_fd_check(int fd, size_t bytes)
   return 0;
 }
 
-int r2s__shm_fd_listen(r2s_fetch_t *addr)
+/* Whether fd is still the socket of inode ino (shm_fd.h). */
+static bool still_ours(int fd, ino_t ino)
+{
+  struct stat sb;
+  return fd >= 0 && r2s__fstat_raw(fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == ino;
+}
+
+void r2s__shm_fd_unlisten(int fd, ino_t ino)
+{
+  if (still_ours(fd, ino)) r2s__libc.close(fd);
+}
+
+int r2s__shm_fd_listen(r2s_fetch_t *addr, ino_t *ino)
 {
   int fd = r2s__libc.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
@@ -74,6 +86,13 @@ int r2s__shm_fd_listen(r2s_fetch_t *addr)
     close_fd(fd);
     return -EAFNOSUPPORT;
   }
+  struct stat sb;
+  if (r2s__fstat_raw(fd, &sb) < 0) {
+    int err = errno;
+    close_fd(fd);
+    return -err;
+  }
+  *ino = sb.st_ino;
   memset(addr, 0, sizeof *addr);
   addr->addr_len = (uint8_t)n;
   memcpy(addr->addr, sa.sun_path, n);
@@ -146,8 +165,11 @@ static int take_one(int conn, const uint8_t nonce[R2S_NONCE_LEN])
   return -ENOMSG;
 }
 
-int r2s__shm_fd_take(int listener, const uint8_t nonce[R2S_NONCE_LEN])
+int r2s__shm_fd_take(int listener, ino_t ino, const uint8_t nonce[R2S_NONCE_LEN])
 {
+  /* Another socket under that number would be the application's: none of
+   * its connections is ours to take. */
+  if (!still_ours(listener, ino)) return -EBADF;
   for (int i = 0; i < TAKE_TRIES; i++) {
     int conn = r2s__libc.accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (conn < 0) return errno == EAGAIN ? -ENOMSG : -errno;

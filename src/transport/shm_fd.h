@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../frame.h"
 
@@ -41,15 +42,22 @@ int r2s__shm_fd_ring(size_t bytes, size_t reserve);
  * and that may be mapped for writing; -EPROTO otherwise. */
 int r2s__shm_fd_check(int fd, size_t bytes);
 
-/* A listening socket for one ring; *addr gets its address. */
-int r2s__shm_fd_listen(r2s_fetch_t *addr);
+/* A listening socket for one ring; *addr gets its address, *ino the
+ * socket's inode. The descriptor outlives the call, so the application may
+ * close it under us (closefrom, close_range) and reuse its number: every
+ * later use checks that it is still this socket. */
+int r2s__shm_fd_listen(r2s_fetch_t *addr, ino_t *ino);
+
+/* Closes the listener if fd is still the socket of inode ino. */
+void r2s__shm_fd_unlisten(int fd, ino_t ino);
 
 /* Sends ring_fd to the taker listening at *to, with a fresh nonce, which
  * it stores in nonce (for the HANDED frame). */
 int r2s__shm_fd_send(const r2s_fetch_t *to, int ring_fd, uint8_t nonce[R2S_NONCE_LEN]);
 
-/* The ring descriptor that came with `nonce` on the listener, looking at a
- * bounded number of connections; -ENOMSG if none carried it. */
-int r2s__shm_fd_take(int listener, const uint8_t nonce[R2S_NONCE_LEN]);
+/* The ring descriptor that came with `nonce` on the listener (of inode
+ * ino: -EBADF if fd is no longer it), looking at a bounded number of
+ * connections; -ENOMSG if none carried it. */
+int r2s__shm_fd_take(int listener, ino_t ino, const uint8_t nonce[R2S_NONCE_LEN]);
 
 #endif

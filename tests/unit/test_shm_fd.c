@@ -128,7 +128,8 @@ static void test_round_trip(void **state)
   (void)state;
   int before = open_fds();
   r2s_fetch_t at;
-  int l = r2s__shm_fd_listen(&at);
+  ino_t ino;
+  int l = r2s__shm_fd_listen(&at, &ino);
   assert_true(l >= 0);
   assert_true(at.addr_len > 1 && at.addr[0] == 0); /* abstract, named by the kernel */
   int ring = r2s__shm_fd_ring(BYTES, 4096);
@@ -136,11 +137,12 @@ static void test_round_trip(void **state)
   uint8_t nonce[R2S_NONCE_LEN], zero[R2S_NONCE_LEN] = {0};
   assert_int_equal(r2s__shm_fd_send(&at, ring, nonce), 0);
   assert_memory_not_equal(nonce, zero, R2S_NONCE_LEN);
-  int got = r2s__shm_fd_take(l, nonce);
+  int got = r2s__shm_fd_take(l, ino, nonce);
   assert_true(got >= 0);
   same_file(got, ring);
   assert_int_equal(r2s__shm_fd_check(got, BYTES), 0);
-  close(got), close(ring), close(l);
+  close(got), close(ring);
+  r2s__shm_fd_unlisten(l, ino);
   assert_int_equal(open_fds(), before);
 }
 
@@ -154,7 +156,8 @@ static void test_intruders_refused(void **state)
   (void)state;
   int before = open_fds();
   r2s_fetch_t at;
-  int l = r2s__shm_fd_listen(&at);
+  ino_t ino;
+  int l = r2s__shm_fd_listen(&at, &ino);
   int ring = r2s__shm_fd_ring(BYTES, 4096), fake = r2s__shm_fd_ring(BYTES, 4096);
   assert_true(l >= 0 && ring >= 0 && fake >= 0);
   uint8_t nonce[R2S_NONCE_LEN], wrong[R2S_NONCE_LEN];
@@ -165,12 +168,12 @@ static void test_intruders_refused(void **state)
   intrude(&at, nonce, sizeof nonce - 1, &fake, 1);
   intrude(&at, nonce, sizeof nonce, &fake, 0);
   intrude(&at, wrong, sizeof wrong, &fake, 1);
-  assert_int_equal(r2s__shm_fd_take(l, nonce), -ENOMSG);
+  assert_int_equal(r2s__shm_fd_take(l, ino, nonce), -ENOMSG);
   assert_int_equal(open_fds(), before + 3);
 
   intrude(&at, wrong, sizeof wrong, &fake, 1);
   assert_int_equal(r2s__shm_fd_send(&at, ring, nonce), 0);
-  int got = r2s__shm_fd_take(l, nonce);
+  int got = r2s__shm_fd_take(l, ino, nonce);
   assert_true(got >= 0);
   same_file(got, ring);
   close(got), close(ring), close(fake), close(l);
@@ -183,16 +186,41 @@ static void test_wrong_nonce(void **state)
   (void)state;
   int before = open_fds();
   r2s_fetch_t at;
-  int l = r2s__shm_fd_listen(&at);
+  ino_t ino;
+  int l = r2s__shm_fd_listen(&at, &ino);
   int ring = r2s__shm_fd_ring(BYTES, 4096);
   assert_true(l >= 0 && ring >= 0);
   uint8_t nonce[R2S_NONCE_LEN];
-  assert_int_equal(r2s__shm_fd_take(l, nonce), -ENOMSG); /* nobody sent anything */
+  assert_int_equal(r2s__shm_fd_take(l, ino, nonce), -ENOMSG); /* nobody sent anything */
   assert_int_equal(r2s__shm_fd_send(&at, ring, nonce), 0);
   nonce[3] ^= 1;
-  assert_int_equal(r2s__shm_fd_take(l, nonce), -ENOMSG);
+  assert_int_equal(r2s__shm_fd_take(l, ino, nonce), -ENOMSG);
   close(ring), close(l);
   assert_int_equal(open_fds(), before);
+}
+
+/* The application closed our listener (closefrom, say) and a socket of
+ * its own got the number: we take nothing from it and leave it open. */
+static void test_listener_replaced(void **state)
+{
+  (void)state;
+  r2s_fetch_t at, theirs;
+  ino_t ino, their_ino;
+  int l = r2s__shm_fd_listen(&at, &ino);
+  int other = r2s__shm_fd_listen(&theirs, &their_ino);
+  int ring = r2s__shm_fd_ring(BYTES, 4096);
+  assert_true(l >= 0 && other >= 0 && ring >= 0);
+  uint8_t nonce[R2S_NONCE_LEN];
+  assert_int_equal(r2s__shm_fd_send(&theirs, ring, nonce), 0); /* waits on their socket */
+  assert_int_equal(dup2(other, l), l);                          /* ours is gone, theirs in its place */
+  close(other);
+  assert_int_equal(r2s__shm_fd_take(l, ino, nonce), -EBADF);
+  r2s__shm_fd_unlisten(l, ino);
+  assert_true(fcntl(l, F_GETFD) >= 0); /* still open: not ours to close */
+  int got = r2s__shm_fd_take(l, their_ino, nonce); /* and its connection still queued */
+  assert_true(got >= 0);
+  same_file(got, ring);
+  close(got), close(ring), close(l);
 }
 
 /* The owner sends only to an abstract socket that listens. */
@@ -218,7 +246,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_what_passes_as_a_ring), cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_intruders_refused),     cmocka_unit_test(test_wrong_nonce),
-      cmocka_unit_test(test_send_refuses),
+      cmocka_unit_test(test_listener_replaced), cmocka_unit_test(test_send_refuses),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
