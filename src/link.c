@@ -1985,7 +1985,6 @@ ssize_t r2s__link_await_ring(r2s_link_t *l, bool wait, int64_t *began)
   if (n != 0 || !wait) return n;
   int64_t budget = r2s__link_spin_budget(l, POLLIN, true);
   if (budget <= 0) return 0;
-  R2S_STAT_INC(waits_polled);
   r2s_spin_pace_t pace;
   r2s__spin_pace_start(&pace, budget, tp->peer_shares_cpu && tp->peer_shares_cpu(tps));
   while (r2s__spin_pace(&pace)) {

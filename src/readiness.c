@@ -153,6 +153,15 @@ static bool kernel_look_fresh(uint64_t set)
 }
 
 
+/* A readiness wait polls the rings (waits_polled). Counted here, not in
+ * a blocked read's short way (link.c), which runs once per message: a
+ * process-wide counter there would put one cache line shared by every
+ * thread on each message's path (stats.h). */
+static void count_polled(void)
+{
+  R2S_STAT_INC(waits_polled);
+}
+
 typedef struct poll_look_s {
   r2s_conn_t **cs;
   const short *orig;
@@ -182,6 +191,7 @@ static bool spin_rings(r2s_conn_t **cs, const short *orig, nfds_t n)
     yield_now = yield_now || r2s__link_peer_shares_cpu(cs[i]->link);
   }
   poll_look_t look = {cs, orig, n};
+  if (budget > 0) count_polled();
   return r2s__spin_until(poll_rings_ready, &look, budget, yield_now);
 }
 
@@ -689,6 +699,7 @@ static bool spin_entries(ep_reg_t *r)
   pthread_mutex_unlock(&r->lock);
   ep_look_t look = {r, 0, false, links <= PROBE_LINKS};
   (void)ep_scan(&look, true);
+  if (look.budget > 0) count_polled();
   return r2s__spin_until(ep_ready, &look, look.budget, look.yield_now);
 }
 

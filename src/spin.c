@@ -5,7 +5,6 @@
 
 #include "clock.h"
 #include "options.h"
-#include "stats.h"
 
 #define PROBE_GAP_MAX 64
 /* An answered wait that slept lasted the sleep's own costs on top of the
@@ -160,7 +159,6 @@ int64_t r2s__spin_nap(r2s_spin_t *s, int64_t waited_ns)
 bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now)
 {
   if (budget_ns <= 0) return false;
-  R2S_STAT_INC(waits_polled);
   r2s_spin_pace_t pace;
   r2s__spin_pace_start(&pace, budget_ns, yield_now);
   do {

@@ -56,7 +56,7 @@
   X(waits_sleep, "times a blocked call slept in the kernel")                                                 \
   X(waits_slice_expired, "sleeps that ran their whole 100 ms slice (a missed doorbell costs one)")           \
   X(waits_woke_early, "sleeps of a blocked send or receive that woke with no room or bytes for it yet")      \
-  X(waits_polled, "times a blocked call polled its rings before the answer came or it slept")                \
+  X(waits_polled, "poll, select and epoll_wait calls that polled rings before they slept or were answered")  \
   X(waits_nap, "times a blocked reader of a stream napped: slept briefly without asking for a doorbell")     \
   X(doorbells, "doorbell frames sent to wake a sleeping peer")                                               \
   X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")             \
