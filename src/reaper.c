@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,12 +39,25 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
  * test lost 330 streams' tails). */
 static struct reaped_s {
   int fd;
+  ino_t ino;          /* the socket's: fd is ours only while it still is (mine) */
   int outq;           /* our bytes the peer has not acknowledged */
   long long moved_at; /* when outq last changed */
 } *reaped;
 static int nreaped, cap;
 static bool started;
 static long long stalled_ns; /* r2s__lingerer_bound_ns(), read at the first adopt */
+
+/* Whether r's descriptor is still the socket we took. An application that
+ * closes descriptors it never opened (closefrom, close_range) can take the
+ * number back for a file of its own: the reaper must then neither read
+ * from it (that would take the application's bytes) nor close it. Such an
+ * entry is simply forgotten: the socket it held was closed with the
+ * application's call. */
+static bool mine(const struct reaped_s *r)
+{
+  struct stat sb;
+  return r2s__fstat_raw(r->fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == r->ino;
+}
 
 /* Reads what is there; true once the socket is done (FIN, error). */
 static bool drain(int fd)
@@ -88,12 +102,12 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nreaped;) {
       int fd = reaped[i].fd;
-      bool done = false;
+      bool lost = !mine(&reaped[i]), done = lost;
       for (int j = 0; j < n && !done; j++)
         if (p[j].fd == fd && p[j].revents) done = drain(fd);
       done = done || given_up(&reaped[i], t);
       if (done) {
-        r2s__libc.close(fd);
+        if (!lost) r2s__libc.close(fd);
         reaped[i] = reaped[--nreaped];
       } else {
         i++;
@@ -108,6 +122,12 @@ int r2s__reaper_adopt(int fd)
   if (r2s__sandboxed()) return -EPERM; /* no thread of ours there (sandbox.h) */
   int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
   if (dup < 0) return -errno;
+  struct stat sb;
+  if (r2s__fstat_raw(dup, &sb) != 0) {
+    int err = errno;
+    r2s__libc.close(dup);
+    return -err;
+  }
   pthread_mutex_lock(&lock);
   int rc = 0;
   if (!started) {
@@ -125,6 +145,7 @@ int r2s__reaper_adopt(int fd)
   }
   if (rc == 0) {
     reaped[nreaped].fd = dup;
+    reaped[nreaped].ino = sb.st_ino;
     reaped[nreaped].outq = -1;
     reaped[nreaped].moved_at = r2s__now_ns();
     nreaped++;
@@ -146,7 +167,8 @@ void r2s__reaper_fork_child(void)
   /* The thread is not in the child; the duplicates are the parent's. */
   pthread_mutex_init(&lock, NULL);
   pthread_cond_init(&wake, NULL);
-  for (int i = 0; i < nreaped; i++) r2s__libc.close(reaped[i].fd);
+  for (int i = 0; i < nreaped; i++)
+    if (mine(&reaped[i])) r2s__libc.close(reaped[i].fd);
   nreaped = 0;
   started = false;
 }
@@ -156,7 +178,9 @@ static void sweep_locked(void)
 {
   for (int i = 0; i < nreaped;) {
     struct pollfd p = {reaped[i].fd, POLLIN | POLLRDHUP, 0};
-    if (r2s__libc.poll(&p, 1, 0) == 1 && drain(p.fd)) {
+    if (!mine(&reaped[i])) {
+      reaped[i] = reaped[--nreaped];
+    } else if (r2s__libc.poll(&p, 1, 0) == 1 && drain(p.fd)) {
       r2s__libc.close(p.fd);
       reaped[i] = reaped[--nreaped];
     } else {

@@ -14,6 +14,10 @@
  *    once the queue stood still for the kernel's tcp_fin_timeout, or 2 s
  *    after it emptied. Then it closes the duplicate. The application's
  *    close() returns at once.
+ *  - The duplicate's number can be taken back by the application (closefrom,
+ *    close_range, then a file of its own): each use first checks that it is
+ *    still the same socket (by inode), and an entry whose number is no
+ *    longer ours is forgotten, never read from nor closed.
  *  - One background thread, started on first use. In a fork() child the
  *    duplicates are closed (they are the parent's business).
  *  - Returns 0, or -errno if it could not take the socket (the caller then

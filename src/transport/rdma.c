@@ -46,6 +46,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -147,7 +148,11 @@ struct r2s_tp_state_s {
   int armed_rx, armed_tx;
   int broken; /* -errno once the queue pair failed */
 
+  /* a duplicate of the connection's socket, for the progress thread's
+   * doorbells (wake), TCP_INFO and the shutdown on failure; only ever used
+   * through own_fd() */
   int dupfd;
+  ino_t dup_ino;
   void (*wake)(void *, int);
   void *wake_arg;
 };
@@ -170,13 +175,28 @@ static inline const r2s_ring_ctl_t *peer_cline(const r2s_tp_state_t *st)
 
 /* ---- failure ---- */
 
+/* dupfd while it is still the connection's socket, else -1. An application
+ * that closes descriptors it never opened (closefrom, close_range, dup2
+ * onto the number) can take the number back for a file of its own, which
+ * the shim must never write a doorbell into, shut down or close. The
+ * duplicate is made at 512 or above (rdma_offer), where applications
+ * rarely look, but a daemon's clean-up does. */
+static int own_fd(const r2s_tp_state_t *st)
+{
+  struct stat sb;
+  if (st->dupfd < 0 || r2s__fstat_raw(st->dupfd, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_ino != st->dup_ino)
+    return -1;
+  return st->dupfd;
+}
+
 /* The connection's TCP state (TCP_ESTABLISHED...), or -1 if it cannot be
  * had. */
 static int tcp_state(const r2s_tp_state_t *st)
 {
   struct tcp_info ti;
   socklen_t n = sizeof ti;
-  if (st->dupfd < 0 || r2s__libc.getsockopt(st->dupfd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0) return -1;
+  int fd = own_fd(st);
+  if (fd < 0 || r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0) return -1;
   return ti.tcpi_state;
 }
 
@@ -225,7 +245,8 @@ static void fail_qp(r2s_tp_state_t *st, const char *why)
     R2S_STAT_INC(reset_rdma);
     r2s__warn("RDMA connection failed (%s): reset", why);
   }
-  if (st->dupfd >= 0) (void)r2s__libc.shutdown(st->dupfd, SHUT_RDWR);
+  int fd = own_fd(st);
+  if (fd >= 0) (void)r2s__libc.shutdown(fd, SHUT_RDWR);
 }
 
 static inline int state_error(const r2s_tp_state_t *st)
@@ -438,7 +459,8 @@ static unsigned wide_live; /* connections holding a wide ring */
 static void free_state(r2s_tp_state_t *st)
 {
   if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
-  if (st->dupfd >= 0) r2s__libc.close(st->dupfd);
+  int fd = own_fd(st);
+  if (fd >= 0) r2s__libc.close(fd);
   free(st->own_mem);
   free(st->mctl);
   free(st->mdata);
@@ -551,6 +573,9 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   if (to_init(st) != 0 || post_recvs(st, RQ_DEPTH) < 0 || ibv_req_notify_cq(st->rcq, 0) != 0) goto err_errno;
   st->dupfd = r2s__libc.fcntl(conn->fd, F_DUPFD_CLOEXEC, 512);
   if (st->dupfd < 0) goto err_errno;
+  struct stat sb;
+  if (r2s__fstat_raw(st->dupfd, &sb) != 0) goto err_errno;
+  st->dup_ino = sb.st_ino;
   st->wake = conn->wake;
   st->wake_arg = conn->arg;
 
@@ -979,6 +1004,12 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
   pthread_mutex_unlock(&st->rx_lock);
   if (state_error(st)) return;
   bool rx = pending & IMM_RX_SLEEP, tx = pending & IMM_TX_SLEEP;
+  /* The doorbells below go through our duplicate of the socket. Without it
+   * (the application took its number, own_fd) the flags stay set for the
+   * application's threads: their next write or read of this connection
+   * rings through the application's own descriptor, and until then a
+   * sleeper's wait ends by its slice (100 ms) at the latest. */
+  int fd;
   /* A producer that waits may wait for receives: it gets the count now. */
   pthread_mutex_lock(&st->post_lock);
   (void)report_locked(st, tx ? 1 : REPORT_EVERY);
@@ -986,8 +1017,9 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
   if (rx) { /* the peer's reader sleeps: does it know of all we posted? */
     __atomic_store_n(&st->armed_rx, 1, __ATOMIC_SEQ_CST);
     uint64_t seen = __atomic_load_n(&peer_cline(st)->consumer_sleep_at, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&st->tx_posted, __ATOMIC_SEQ_CST) > seen && rdma_take_peer_rx_sleeper(st))
-      st->wake(st->wake_arg, st->dupfd);
+    if (__atomic_load_n(&st->tx_posted, __ATOMIC_SEQ_CST) > seen && (fd = own_fd(st)) >= 0 &&
+        rdma_take_peer_rx_sleeper(st))
+      st->wake(st->wake_arg, fd);
   }
   if (tx) { /* the peer's writer waits for room: did we free some it has not seen? */
     __atomic_store_n(&st->armed_tx, 1, __ATOMIC_SEQ_CST);
@@ -996,7 +1028,8 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
     (void)credit_locked(st);
     bool ring = __atomic_load_n(&st->credit_sent, __ATOMIC_ACQUIRE) > seen;
     pthread_mutex_unlock(&st->post_lock);
-    if (ring && __atomic_exchange_n(&st->armed_tx, 0, __ATOMIC_SEQ_CST)) st->wake(st->wake_arg, st->dupfd);
+    if (ring && (fd = own_fd(st)) >= 0 && __atomic_exchange_n(&st->armed_tx, 0, __ATOMIC_SEQ_CST))
+      st->wake(st->wake_arg, fd);
   }
 }
 

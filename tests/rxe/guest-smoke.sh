@@ -17,7 +17,9 @@
 #      upgraded its connections to RDMA (conn_rdma) and moved its payload
 #      there, and from rxe0's counters that the packets crossed the device
 #   4. R2SOCK_TRANSPORT=auto on the same host picks shared memory; the GID
-#      found from the address and the one R2SOCK_GID_INDEX names agree
+#      found from the address and the one R2SOCK_GID_INDEX names agree; an
+#      application that closes the descriptors from 512 up and reuses their
+#      numbers keeps its own sockets untouched (fd_takeover)
 #   5. a fault: the client is killed mid-transfer; the server ends (EOF or
 #      ECONNRESET) within a bound, with no hang
 #   6. resources: with a memlock limit too small for the rings (and without
@@ -182,6 +184,19 @@ serve_and_connect gid-index 7002 \
 step "gid-index: both ends upgraded to RDMA" r2s_stats_check /xfer/stats.gid 2 conn_rdma 1
 step "gid-index: the server took index 1" grep -q 'RDMA offer: rxe0 port 1 gid index 1 ' "$LOGDIR/gid-index.server.log"
 step "gid-index: the client's address found index 1" grep -q 'RDMA offer: rxe0 port 1 gid index 1 ' "$LOGDIR/gid-index.client.log"
+# An application that closes every descriptor from 512 up (close_range, as
+# a daemon's clean-up does) and takes the numbers back for sockets of its
+# own while its connections are on RDMA: the shim's duplicates of the
+# connections' sockets were there. fd_takeover checks that none of its
+# sockets was written to, shut down or closed, and every byte both ways;
+# then the same right after closing the connections, whose closes the
+# shim finishes in the background through duplicates there (reaper.h).
+rm -f /xfer/stats.takeover
+step "fd-takeover: the application's sockets untouched, bytes verified" \
+  env $RDMA_ENV R2SOCK_STATS_FILE=/xfer/stats.takeover "${R2SOCK_BUILD:-}/tests/progs/fd_takeover" "$IP" 2
+step "fd-takeover: all 4 ends upgraded to RDMA" r2s_stats_check /xfer/stats.takeover 1 conn_rdma 4
+step "fd-takeover: closes went to the background (the second takeover's)" \
+  r2s_stats_check /xfer/stats.takeover 1 closes_reaped 1
 # Both ends may pin without bound (root): both rings are wide, used whole.
 for end in server client; do
   step "gid-index: the $end used wide rings" \
