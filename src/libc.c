@@ -57,6 +57,20 @@ int r2s__fstat_raw(int fd, struct stat *sb)
   return (int)syscall(SYS_fstat, fd, sb);
 }
 
+int r2s__sock_ino(int fd, ino_t *ino)
+{
+  struct stat sb;
+  if (r2s__fstat_raw(fd, &sb) != 0) return -errno;
+  *ino = sb.st_ino;
+  return 0;
+}
+
+bool r2s__still_sock(int fd, ino_t ino)
+{
+  struct stat sb;
+  return fd >= 0 && r2s__fstat_raw(fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == ino;
+}
+
 void *r2s__mmap_fd_raw(size_t len, int fd)
 {
   long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0L);

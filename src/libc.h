@@ -18,6 +18,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -104,5 +105,16 @@ void *r2s__mmap_fd_over_raw(void *at, size_t len, int fd);
  * records a read of the descriptor; unit.early_ctor saw the report when a
  * thread's dup() reused a shared-memory segment's fd the shim had closed). */
 int r2s__fstat_raw(int fd, struct stat *sb);
+
+/* A descriptor the shim keeps past the application's calls (at 512 and up:
+ * the RDMA transport's duplicate, the reaper's; a taker's listener) can be
+ * closed under it by an application that closes what it never opened
+ * (closefrom, close_range, dup2 onto the number) and then be the number of
+ * a file of the application's. So the shim records the socket's inode when
+ * it makes the descriptor (r2s__sock_ino: 0, or -errno) and checks it
+ * before every use (r2s__still_sock): it never reads from, writes to,
+ * shuts down or closes one of the application's files. */
+int r2s__sock_ino(int fd, ino_t *ino);
+bool r2s__still_sock(int fd, ino_t ino);
 
 #endif

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,16 +46,13 @@ static int nreaped, cap;
 static bool started;
 static long long stalled_ns; /* r2s__lingerer_bound_ns(), read at the first adopt */
 
-/* Whether r's descriptor is still the socket we took. An application that
- * closes descriptors it never opened (closefrom, close_range) can take the
- * number back for a file of its own: the reaper must then neither read
- * from it (that would take the application's bytes) nor close it. Such an
- * entry is simply forgotten: the socket it held was closed with the
- * application's call. */
+/* Whether r's descriptor is still the socket we took (libc.h): if not,
+ * the reaper neither reads from it (that would take the application's
+ * bytes) nor closes it. Such an entry is simply forgotten: the socket it
+ * held was closed with the application's call. */
 static bool mine(const struct reaped_s *r)
 {
-  struct stat sb;
-  return r2s__fstat_raw(r->fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == r->ino;
+  return r2s__still_sock(r->fd, r->ino);
 }
 
 /* Reads what is there; true once the socket is done (FIN, error). */
@@ -122,11 +118,11 @@ int r2s__reaper_adopt(int fd)
   if (r2s__sandboxed()) return -EPERM; /* no thread of ours there (sandbox.h) */
   int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
   if (dup < 0) return -errno;
-  struct stat sb;
-  if (r2s__fstat_raw(dup, &sb) != 0) {
-    int err = errno;
+  ino_t ino;
+  int err = r2s__sock_ino(dup, &ino);
+  if (err < 0) {
     r2s__libc.close(dup);
-    return -err;
+    return err;
   }
   pthread_mutex_lock(&lock);
   int rc = 0;
@@ -145,7 +141,7 @@ int r2s__reaper_adopt(int fd)
   }
   if (rc == 0) {
     reaped[nreaped].fd = dup;
-    reaped[nreaped].ino = sb.st_ino;
+    reaped[nreaped].ino = ino;
     reaped[nreaped].outq = -1;
     reaped[nreaped].moved_at = r2s__now_ns();
     nreaped++;

@@ -46,7 +46,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -175,18 +174,12 @@ static inline const r2s_ring_ctl_t *peer_cline(const r2s_tp_state_t *st)
 
 /* ---- failure ---- */
 
-/* dupfd while it is still the connection's socket, else -1. An application
- * that closes descriptors it never opened (closefrom, close_range, dup2
- * onto the number) can take the number back for a file of its own, which
- * the shim must never write a doorbell into, shut down or close. The
- * duplicate is made at 512 or above (rdma_offer), where applications
- * rarely look, but a daemon's clean-up does. */
+/* dupfd while it is still the connection's socket, else -1 (libc.h: the
+ * application may have taken the number back for a file of its own, which
+ * must never get a doorbell, a shutdown or a close from us). */
 static int own_fd(const r2s_tp_state_t *st)
 {
-  struct stat sb;
-  if (st->dupfd < 0 || r2s__fstat_raw(st->dupfd, &sb) != 0 || !S_ISSOCK(sb.st_mode) || sb.st_ino != st->dup_ino)
-    return -1;
-  return st->dupfd;
+  return r2s__still_sock(st->dupfd, st->dup_ino) ? st->dupfd : -1;
 }
 
 /* The connection's TCP state (TCP_ESTABLISHED...), or -1 if it cannot be
@@ -573,9 +566,7 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   if (to_init(st) != 0 || post_recvs(st, RQ_DEPTH) < 0 || ibv_req_notify_cq(st->rcq, 0) != 0) goto err_errno;
   st->dupfd = r2s__libc.fcntl(conn->fd, F_DUPFD_CLOEXEC, 512);
   if (st->dupfd < 0) goto err_errno;
-  struct stat sb;
-  if (r2s__fstat_raw(st->dupfd, &sb) != 0) goto err_errno;
-  st->dup_ino = sb.st_ino;
+  if (r2s__sock_ino(st->dupfd, &st->dup_ino) < 0) goto err_errno;
   st->wake = conn->wake;
   st->wake_arg = conn->arg;
 

@@ -56,16 +56,9 @@ int r2s__shm_fd_check(int fd, size_t bytes)
   return 0;
 }
 
-/* Whether fd is still the socket of inode ino (shm_fd.h). */
-static bool still_ours(int fd, ino_t ino)
-{
-  struct stat sb;
-  return fd >= 0 && r2s__fstat_raw(fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == ino;
-}
-
 void r2s__shm_fd_unlisten(int fd, ino_t ino)
 {
-  if (still_ours(fd, ino)) r2s__libc.close(fd);
+  if (r2s__still_sock(fd, ino)) r2s__libc.close(fd);
 }
 
 int r2s__shm_fd_listen(r2s_fetch_t *addr, ino_t *ino)
@@ -86,13 +79,11 @@ int r2s__shm_fd_listen(r2s_fetch_t *addr, ino_t *ino)
     close_fd(fd);
     return -EAFNOSUPPORT;
   }
-  struct stat sb;
-  if (r2s__fstat_raw(fd, &sb) < 0) {
-    int err = errno;
+  int rc = r2s__sock_ino(fd, ino);
+  if (rc < 0) {
     close_fd(fd);
-    return -err;
+    return rc;
   }
-  *ino = sb.st_ino;
   memset(addr, 0, sizeof *addr);
   addr->addr_len = (uint8_t)n;
   memcpy(addr->addr, sa.sun_path, n);
@@ -169,7 +160,7 @@ int r2s__shm_fd_take(int listener, ino_t ino, const uint8_t nonce[R2S_NONCE_LEN]
 {
   /* Another socket under that number would be the application's: none of
    * its connections is ours to take. */
-  if (!still_ours(listener, ino)) return -EBADF;
+  if (!r2s__still_sock(listener, ino)) return -EBADF;
   for (int i = 0; i < TAKE_TRIES; i++) {
     int conn = r2s__libc.accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (conn < 0) return errno == EAGAIN ? -ENOMSG : -errno;
