@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "libc.h"
 #include "link.h"
@@ -309,6 +310,30 @@ static bool skipped_port(const r2s_conn_t *c, int fd, bool known)
   return r2s__ports_has(&r2s__opt.skip_ports, port);
 }
 
+/* True if this process's executable is in R2SOCK_SKIP_PROGRAMS: such a
+ * program is known to use one connection from two processes at once
+ * (options.h), which the protocol cannot follow, so its connections get no
+ * hello and stay on TCP whatever the peer runs. Looked up once: the answer
+ * holds for this image (after exec the shim starts again). */
+static bool skipped_program(void)
+{
+  static int listed = -1; /* -1: not looked up yet */
+  int v = __atomic_load_n(&listed, __ATOMIC_RELAXED);
+  if (v >= 0) return v;
+  v = 0;
+  char path[4096];
+  ssize_t n = r2s__opt.skip_programs.n ? readlink("/proc/self/exe", path, sizeof path - 1) : -1;
+  if (n > 0) {
+    path[n] = '\0';
+    const char *base = strrchr(path, '/');
+    v = r2s__programs_has(&r2s__opt.skip_programs, base ? base + 1 : path);
+    if (v) r2s__info("%s is in R2SOCK_SKIP_PROGRAMS: its connections stay on TCP", base ? base + 1 : path);
+  }
+  /* Threads that race here find the same answer (the line may repeat). */
+  __atomic_store_n(&listed, v, __ATOMIC_RELAXED);
+  return v;
+}
+
 /* The upgrade protocol for a freshly established connection, if the policy
  * and the application's use of urgent data allow one. old: its flags. */
 static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
@@ -323,7 +348,8 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
     c->reason = R2S_REASON_SANDBOXED; /* the protocol needs calls of ours (sandbox.h) */
     return;
   }
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_port(c, fd, known)) {
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_program() ||
+      skipped_port(c, fd, known)) {
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
   }

@@ -41,7 +41,7 @@ typedef enum {
 /* Why a connection stayed on TCP; each maps to one stats counter. */
 typedef enum {
   R2S_REASON_NONE = 0,
-  R2S_REASON_DISABLED,     /* R2SOCK_UPGRADE=never, or a denied port */
+  R2S_REASON_DISABLED,     /* R2SOCK_UPGRADE=never, a denied port or program */
   R2S_REASON_PEER_PLAIN,   /* the peer sent no hello */
   R2S_REASON_NO_PEER_YET,  /* ended before anything came from the peer */
   R2S_REASON_UNFINISHED,   /* both shims, ended before the switch completed */

@@ -187,6 +187,41 @@ const char *r2s__format_ports(const r2s_opt_ports_t *v, char *buf, size_t len)
   return buf;
 }
 
+bool r2s__parse_programs(const char *s, r2s_opt_programs_t *out)
+{
+  r2s_opt_programs_t v = {0};
+  if (strcasecmp(s, "none") == 0) return *out = v, true;
+  for (const char *p = s;;) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= R2S_PROGRAM_NAME_MAX || v.n == R2S_PROGRAMS_MAX) return false;
+    /* A file name: no '/', nothing that could not be one of a path. */
+    for (size_t i = 0; i < len; i++)
+      if (p[i] == '/' || !isgraph((unsigned char)p[i])) return false;
+    memcpy(v.name[v.n++], p, len);
+    if (p[len] == '\0') break;
+    p += len + 1;
+  }
+  *out = v;
+  return true;
+}
+
+bool r2s__programs_has(const r2s_opt_programs_t *p, const char *name)
+{
+  for (unsigned i = 0; i < p->n; i++)
+    if (strcmp(p->name[i], name) == 0) return true;
+  return false;
+}
+
+const char *r2s__format_programs(const r2s_opt_programs_t *v, char *buf, size_t len)
+{
+  size_t n = 0;
+  if (len) buf[0] = '\0';
+  if (v->n == 0) snprintf(buf, len, "none");
+  for (unsigned i = 0; i < v->n && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "", v->name[i]);
+  return buf;
+}
+
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len)
 {
   if (v->mode == R2S_UPGRADE_NEVER)
@@ -222,6 +257,8 @@ static bool parse_string(const char *s, const char **out)
 #define parse_gidindex r2s__parse_gidindex
 #define parse_ports    r2s__parse_ports
 #define format_ports   r2s__format_ports
+#define parse_programs r2s__parse_programs
+#define format_programs r2s__format_programs
 
 static const char *format_bool(const bool *v, char *b, size_t n)
 {
@@ -284,6 +321,7 @@ static const char *const accepted_seconds = "a whole number of seconds, 0 to 360
 static const char *const accepted_transport = "auto, shm or rdma";
 static const char *const accepted_gidindex = "a GID table index, 0 to 65535";
 static const char *const accepted_ports = "none, or up to 16 ports and ranges such as 21,23,512-514";
+static const char *const accepted_programs = "none, or up to 8 file names (no '/', under 32 bytes) such as rsync,app";
 
 /* True if name (after "R2SOCK_", up to '=') is in the table. */
 static bool known_name(const char *name, size_t len)

@@ -60,6 +60,20 @@ typedef struct r2s_opt_ports_s {
  * writes it in another (README, "fork": the protocol cannot be shared). */
 #define R2S_SKIP_PORTS_DEFAULT                                                                               \
   ((r2s_opt_ports_t){6, {{21, 21}, {23, 23}, {512, 514}, {543, 544}, {873, 873}, {992, 992}}})
+/* A short list of program names: executables' file names, as the kernel
+ * links /proc/self/exe (a symbolic link's target counts, not argv[0]). */
+#define R2S_PROGRAMS_MAX     8
+#define R2S_PROGRAM_NAME_MAX 32 /* bytes, with the terminating NUL */
+typedef struct r2s_opt_programs_s {
+  unsigned n;
+  char name[R2S_PROGRAMS_MAX][R2S_PROGRAM_NAME_MAX];
+} r2s_opt_programs_t;
+/* rsync splits a connection between two processes (the side that receives
+ * files reads it in one and writes it in another) on any port, which the
+ * protocol cannot follow (README, "fork"): with the daemon on another port
+ * than 873 both transfers stopped (a reset, or a hang to the end of the
+ * client's timeout). One end that sends no hello keeps both on TCP. */
+#define R2S_SKIP_PROGRAMS_DEFAULT ((r2s_opt_programs_t){1, {"rsync"}})
 
 /* X(NAME, field, type, default, doc) */
 #define R2S_OPTIONS(X)                                                                                       \
@@ -73,6 +87,9 @@ typedef struct r2s_opt_ports_s {
     "when to leave kernel TCP: never, now, auto (after 64K) or a size such as 1M (after that many bytes)")  \
   X(SKIP_PORTS, skip_ports, ports, R2S_SKIP_PORTS_DEFAULT,                                                  \
     "server ports whose connections never try to upgrade: a list such as 21,23,512-514, or none")           \
+  X(SKIP_PROGRAMS, skip_programs, programs, R2S_SKIP_PROGRAMS_DEFAULT,                                       \
+    "programs whose connections never try to upgrade (executable file names): a list such as rsync,app, "    \
+    "or none")                                                                                               \
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \
     "assume every peer runs r2sock: switch without waiting for its hello")                                   \
   X(RING_SIZE, ring_size, ringsize, 0,                                                                       \
@@ -113,13 +130,17 @@ bool r2s__parse_seconds(const char *s, unsigned *out);
 bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out);
 bool r2s__parse_gidindex(const char *s, int *out);
 bool r2s__parse_ports(const char *s, r2s_opt_ports_t *out);
+bool r2s__parse_programs(const char *s, r2s_opt_programs_t *out);
 
 /* True if port lies in one of the ranges. */
 bool r2s__ports_has(const r2s_opt_ports_t *p, unsigned port);
+/* True if name is one of the list's. */
+bool r2s__programs_has(const r2s_opt_programs_t *p, const char *name);
 
 /* Formats the value of one option for printing; returns buf. */
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len);
 const char *r2s__format_ports(const r2s_opt_ports_t *v, char *buf, size_t len);
+const char *r2s__format_programs(const r2s_opt_programs_t *v, char *buf, size_t len);
 
 /* The ring size of a transport: R2SOCK_RING_SIZE, or when it is auto (0)
  * the transport's own. A ring between two cores needs little; an RDMA link

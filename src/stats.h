@@ -29,7 +29,7 @@
   X(conn_shm, "connections upgraded to shared memory")                                                       \
   X(conn_rdma, "connections upgraded to RDMA")                                                               \
   X(rings_by_fd, "shared-memory rings of peers taken by file descriptor (another user, another /dev/shm)")   \
-  X(tcp_disabled, "stayed on TCP: R2SOCK_UPGRADE=never or a denied port")                                    \
+  X(tcp_disabled, "stayed on TCP: R2SOCK_UPGRADE=never, a denied port or program")                           \
   X(tcp_peer_plain, "stayed on TCP: the peer does not run r2sock")                                           \
   X(tcp_no_peer_yet, "stayed on TCP: ended before the peer sent anything")                                   \
   X(tcp_unfinished, "stayed on TCP: ended before the upgrade completed")                                     \

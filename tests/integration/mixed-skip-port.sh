@@ -6,6 +6,9 @@
 #   skipped: the server's port is in R2SOCK_SKIP_PORTS: the shim sends no
 #            hello, so the server reads exactly A+B with no mark, and the
 #            client's end is counted as tcp_disabled.
+#   program: R2SOCK_SKIP_PORTS=none, and R2SOCK_SKIP_PROGRAMS names the
+#            client's executable as the kernel links it (python3.11, where
+#            the command is python3): the same as skipped.
 #   control: R2SOCK_SKIP_PORTS=none: under R2SOCK_UPGRADE=now the hello is
 #            read inline as one extra byte before A+B (the harm the list
 #            exists to prevent, docs/protocol.md "What a plain peer sees");
@@ -23,13 +26,16 @@ hello=0
 [[ -n $R2SOCK_LIB && ${R2SOCK_UPGRADE:-never} != never ]] && hello=1
 
 shm_snapshot
-for run in skipped control; do
+# The executable's file name, as /proc/self/exe gives it: past symlinks.
+exe=$(basename "$(readlink -f "$(command -v "$PY")")")
+for run in skipped program control; do
   port=$(free_port)
-  skip=$port
-  [[ $run == control ]] && skip=none
+  skip=$port programs=rsync
+  [[ $run != skipped ]] && skip=none
+  [[ $run == program ]] && programs=$exe
   shim_at "$TMP/$run.stats"
   start_server "oob-$run" "$port" "${PLAIN[@]}" "$PY" "$PEER" server --port "$port" --out "$TMP/$run.got" --inline
-  run_to "$TMP/client-$run.out" 40 "${SHIM_AT[@]}" R2SOCK_SKIP_PORTS="$skip" "$PY" "$PEER" client --port "$port" \
+  run_to "$TMP/client-$run.out" 40 "${SHIM_AT[@]}" R2SOCK_SKIP_PORTS="$skip" R2SOCK_SKIP_PROGRAMS="$programs" "$PY" "$PEER" client --port "$port" \
     --seed 7 --a-bytes "$NA" --b-bytes "$NB" --no-urgent --sent-normal "$TMP/$run.sent" --sent-inline /dev/null
   wait_server "oob-$run" 40
   got=$(grep '^oob_peer server:' "$TMP/oob-$run.log" || true)
@@ -42,7 +48,7 @@ for run in skipped control; do
   # What follows the hello, if any, is exactly what the client sent.
   tail -c +$((extra + 1)) "$TMP/$run.got" >"$TMP/$run.data"
   same_file "$TMP/$run.sent" "$TMP/$run.data"
-  log "$run (R2SOCK_SKIP_PORTS=$skip): the plain server observed: ${got#oob_peer server: }"
+  log "$run (R2SOCK_SKIP_PORTS=$skip R2SOCK_SKIP_PROGRAMS=$programs): the plain server observed: ${got#oob_peer server: }"
   if [[ -n $R2SOCK_LIB ]]; then
     # One direction only: check_stats's bytes= wants both; tx is checked here.
     check_tcp_only "$TMP/$run.stats" conns=1 bulk=0 bytes=0 procs=1

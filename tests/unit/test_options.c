@@ -118,6 +118,36 @@ static void test_ports(void **state)
   assert_int_equal(p.n, 16);
 }
 
+static void test_programs(void **state)
+{
+  (void)state;
+  r2s_opt_programs_t p = R2S_SKIP_PROGRAMS_DEFAULT;
+  char buf[512];
+  assert_string_equal(r2s__format_programs(&p, buf, sizeof buf), "rsync");
+  assert_true(r2s__programs_has(&p, "rsync"));
+  /* Whole names only: not a prefix, not a path, not another case. */
+  assert_false(r2s__programs_has(&p, "rsyn") || r2s__programs_has(&p, "rsync2") ||
+               r2s__programs_has(&p, "/usr/bin/rsync") || r2s__programs_has(&p, "RSYNC"));
+  assert_true(r2s__parse_programs("none", &p));
+  assert_int_equal(p.n, 0);
+  assert_false(r2s__programs_has(&p, "rsync"));
+  assert_string_equal(r2s__format_programs(&p, buf, sizeof buf), "none");
+  assert_true(r2s__parse_programs("rsync,python3.11,a", &p));
+  assert_int_equal(p.n, 3);
+  assert_true(r2s__programs_has(&p, "python3.11") && r2s__programs_has(&p, "a") && !r2s__programs_has(&p, ""));
+  assert_string_equal(r2s__format_programs(&p, buf, sizeof buf), "rsync,python3.11,a");
+  /* 31 bytes is the longest name. */
+  assert_true(r2s__parse_programs("abcdefghijklmnopqrstuvwxyz01234", &p));
+  assert_true(r2s__programs_has(&p, "abcdefghijklmnopqrstuvwxyz01234"));
+  /* Bad values leave the previous list alone. */
+  static const char *const bad[] = {"", ",", "rsync,", ",rsync", "a,,b", "/usr/bin/rsync", "r sync", "rsync\t",
+                                    "abcdefghijklmnopqrstuvwxyz012345", "a,b,c,d,e,f,g,h,i"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) assert_false(r2s__parse_programs(bad[i], &p));
+  assert_int_equal(p.n, 1);
+  assert_true(r2s__parse_programs("a,b,c,d,e,f,g,h", &p));
+  assert_int_equal(p.n, 8);
+}
+
 static void test_seconds(void **state)
 {
   (void)state;
@@ -186,7 +216,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bool),  cmocka_unit_test(test_size),
       cmocka_unit_test(test_level), cmocka_unit_test(test_upgrade),
-      cmocka_unit_test(test_ports), cmocka_unit_test(test_seconds), cmocka_unit_test(test_ring_size),
+      cmocka_unit_test(test_ports), cmocka_unit_test(test_programs), cmocka_unit_test(test_seconds), cmocka_unit_test(test_ring_size),
       cmocka_unit_test(test_load_from_environment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
