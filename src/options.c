@@ -194,7 +194,8 @@ bool r2s__parse_programs(const char *s, r2s_opt_programs_t *out)
   for (const char *p = s;;) {
     size_t len = strcspn(p, ",");
     if (len == 0 || len >= R2S_PROGRAM_NAME_MAX || v.n == R2S_PROGRAMS_MAX) return false;
-    /* A file name: no '/', nothing that could not be one of a path. */
+    /* One file name: no '/', and no blanks or control bytes, so that the
+     * list prints back as it was written. */
     for (size_t i = 0; i < len; i++)
       if (p[i] == '/' || !isgraph((unsigned char)p[i])) return false;
     memcpy(v.name[v.n++], p, len);

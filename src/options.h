@@ -61,7 +61,8 @@ typedef struct r2s_opt_ports_s {
 #define R2S_SKIP_PORTS_DEFAULT                                                                               \
   ((r2s_opt_ports_t){6, {{21, 21}, {23, 23}, {512, 514}, {543, 544}, {873, 873}, {992, 992}}})
 /* A short list of program names: executables' file names, as the kernel
- * links /proc/self/exe (a symbolic link's target counts, not argv[0]). */
+ * links /proc/self/exe (a symbolic link's target counts, not argv[0];
+ * without /proc, as in a bare chroot, no name matches). */
 #define R2S_PROGRAMS_MAX     8
 #define R2S_PROGRAM_NAME_MAX 32 /* bytes, with the terminating NUL */
 typedef struct r2s_opt_programs_s {
