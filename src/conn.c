@@ -325,9 +325,9 @@ static bool skipped_program(void)
   ssize_t n = r2s__opt.skip_programs.n ? readlink("/proc/self/exe", path, sizeof path - 1) : -1;
   if (n > 0) {
     path[n] = '\0';
-    const char *base = strrchr(path, '/');
-    v = r2s__programs_has(&r2s__opt.skip_programs, base ? base + 1 : path);
-    if (v) r2s__info("%s is in R2SOCK_SKIP_PROGRAMS: its connections stay on TCP", base ? base + 1 : path);
+    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+    v = r2s__programs_has(&r2s__opt.skip_programs, name);
+    if (v) r2s__info("%s is in R2SOCK_SKIP_PROGRAMS: its connections stay on TCP", name);
   }
   /* Threads that race here find the same answer (the line may repeat). */
   __atomic_store_n(&listed, v, __ATOMIC_RELAXED);

@@ -11,8 +11,8 @@
 #               by default;
 #   other-port: the daemon on a free port, which R2SOCK_SKIP_PROGRAMS (by
 #               default: rsync) covers.
-# Either way the connections stay on TCP (asserted from the client's stats:
-# tcp_disabled), whatever R2SOCK_UPGRADE says.
+# Either way the connections stay on TCP (asserted from the client's and the
+# daemon's stats: tcp_disabled), whatever R2SOCK_UPGRADE says.
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
