@@ -120,30 +120,18 @@ R2S_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 R2S_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
 {
   r2s__ensure_init();
-  if (shim_waits()) {
-    int rc = r2s__ready_epoll_wait(epfd, ev, max, timeout, NULL);
-    if (rc != -ENOENT) return ret_errno(rc);
-  }
-  return r2s__libc.epoll_wait(epfd, ev, max, timeout);
+  return ret_errno(r2s__epoll_wait(epfd, ev, max, timeout, NULL, NULL, !r2s__in_shim));
 }
 
 R2S_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask)
 {
   r2s__ensure_init();
-  if (shim_waits()) {
-    int rc = r2s__ready_epoll_wait(epfd, ev, max, timeout, mask);
-    if (rc != -ENOENT) return ret_errno(rc);
-  }
-  return r2s__libc.epoll_pwait(epfd, ev, max, timeout, mask);
+  return ret_errno(r2s__epoll_wait(epfd, ev, max, timeout, mask, NULL, !r2s__in_shim));
 }
 
 R2S_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *tmo,
                             const sigset_t *mask)
 {
   r2s__ensure_init();
-  if (shim_waits()) {
-    int rc = r2s__ready_epoll_wait(epfd, ev, max, ts_ms(tmo), mask);
-    if (rc != -ENOENT) return ret_errno(rc);
-  }
-  return R2S_LIBC_OR_ENOSYS(epoll_pwait2, epfd, ev, max, tmo, mask);
+  return ret_errno(r2s__epoll_wait(epfd, ev, max, ts_ms(tmo), mask, tmo, !r2s__in_shim));
 }

@@ -178,6 +178,15 @@ R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
     wrap_put(c);
     return rc;
   }
+  /* SO_OOBINLINE on a connected socket: the link keeps it from the kernel
+   * while the peer's hello or switch mark may still be read. */
+  if (l && level == SOL_SOCKET && name == SO_OOBINLINE && val && len >= sizeof(int)) {
+    int on = *(const int *)val != 0, rc = r2s__link_set_oobinline(l, fd, on);
+    if (rc == 0 && on) r2s__conn_app_oob(c, fd);
+    wrap_put(c);
+    if (rc < 0) errno = -rc;
+    return rc < 0 ? -1 : 0;
+  }
   int rc = r2s__libc.setsockopt(fd, level, name, val, len);
   if (!c) return rc;
   /* What the shim must honour itself once it carries the bytes. */
@@ -207,7 +216,7 @@ R2S_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
   /* While the shim keeps the kernel's SO_OOBINLINE off, the application
    * still sees the value it set. */
   if (rc == 0 && level == SOL_SOCKET && name == SO_OOBINLINE && *len >= sizeof(int) &&
-      ((c->link && c->link->app_oobinline) ||
+      ((l && r2s__link_oobinline(l) == 1) ||
        (!(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED) && (r2s__conn_flags(c) & R2S_CONN_OOBINLINE))))
     *(int *)val = 1;
   /* SO_ERROR == 0 after a nonblocking connect means "connected" only if the

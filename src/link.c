@@ -116,6 +116,22 @@ static int urgent_peek(int fd)
   return n == 1 ? c : -errno;
 }
 
+/* The urgent byte at the reader's position once the connection was reset:
+ * the kernel no longer answers recv(MSG_OOB) then (ENOTCONN), but the byte
+ * is still in the stream, where SO_OOBINLINE shows it. Only for a reader at
+ * the mark (SIOCATMARK 1), with rx_lock held and the kernel's SO_OOBINLINE
+ * the shim's (off) in PROBE and PREMARK. Its value, or -errno. */
+static int urgent_after_reset(int fd)
+{
+  int on = 1, off = 0;
+  unsigned char c;
+  if (r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on) < 0) return -errno;
+  ssize_t n = r2s__libc.recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  int err = n < 0 ? -errno : 0;
+  (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &off, sizeof off);
+  return n == 1 ? c : n == 0 ? -ENOTCONN : err;
+}
+
 /* Whether the reader is at an urgent mark (1, 0 or -errno) and, when it
  * is, the urgent byte of that mark in *urg. Two calls cannot ask the
  * kernel both at once, and a newer urgent byte replaces the older one
@@ -147,6 +163,32 @@ static uint64_t next_probe(uint64_t writes)
   return writes + step;
 }
 
+/* The kernel reports a socket's error (a reset, a time-out) to the first
+ * call that meets it, and then no more. When that call was one of the
+ * shim's own (a hello, a frame), the error is kept for the application's
+ * next call (r2s__link_recv, r2s__link_send), which plain TCP would have
+ * given it to. */
+static void keep_sock_err(r2s_link_t *l, ssize_t n)
+{
+  int e = (int)-n;
+  if (e == ECONNRESET || e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH || e == ECONNREFUSED ||
+      e == ENETDOWN || e == EHOSTDOWN) {
+    int none = 0;
+    __atomic_compare_exchange_n(&l->sock_err, &none, -e, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
+}
+
+/* What the application's call that got n returns: n, or, when it moved no
+ * byte, the error kept for it (the kernel reports the error in front of
+ * the end of the stream, of EAGAIN, and of the errors that only follow
+ * from it, such as EPIPE after a reset). */
+static ssize_t give_sock_err(r2s_link_t *l, ssize_t n)
+{
+  if (n > 0 || !__atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE)) return n;
+  int e = __atomic_exchange_n(&l->sock_err, 0, __ATOMIC_ACQ_REL);
+  return e ? e : n;
+}
+
 /* ---- state ---- */
 
 static void set_rx(r2s_link_t *l, int s)
@@ -167,7 +209,8 @@ static void settle_plain(r2s_link_t *l)
 {
   if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN &&
       __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_PLAIN && !l->interlude_owed &&
-      r2s__readahead_len(&l->rx_ahead) == 0 &&
+      r2s__readahead_len(&l->rx_ahead) == 0 && !__atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) &&
       __atomic_exchange_n(&l->passthrough, 1, __ATOMIC_ACQ_REL) == 0)
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
 }
@@ -195,16 +238,28 @@ static void fail_tx(r2s_link_t *l, int err, const char *why)
   r2s__warn("connection reset: %s (%s; tx state %d)", why, strerror(-err), l->tx_state);
 }
 
+/* The application's SO_OOBINLINE, kept aside while the receive direction
+ * may still meet the peer's hello or switch mark (read inline, the shim's
+ * byte would be data), goes to the kernel once the direction is plain TCP:
+ * every urgent byte in front of the reader from then on is the peer
+ * application's. rx_lock held (or the link not yet shared). */
+static void oobinline_to_kernel(r2s_link_t *l, int fd)
+{
+  if (!__atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) || l->rx_state != R2S_RX_PLAIN) return;
+  int on = 1;
+  if (r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on) == 0)
+    __atomic_store_n(&l->app_oobinline, false, __ATOMIC_RELEASE);
+}
+
 /* The peer turned out to be a plain TCP stack: the receive direction was
  * decided by the caller; the send direction follows if it has not switched. */
 static void peer_is_plain(r2s_link_t *l, int fd, int reason)
 {
+  r2s__debug("receive direction is plain TCP (%s)",
+             reason == R2S_REASON_APP_OOB ? "the peer's application sent urgent data" : "the peer sent no hello");
   if (!l->tcp_reason) l->tcp_reason = reason;
-  if (l->app_oobinline) {
-    int on = 1;
-    (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on);
-  }
   set_rx(l, R2S_RX_PLAIN);
+  oobinline_to_kernel(l, fd);
   if (pthread_mutex_trylock(&l->tx_lock) == 0) {
     if (l->tx_state == R2S_TX_PROBE) set_tx(l, R2S_TX_PLAIN);
     pthread_mutex_unlock(&l->tx_lock);
@@ -222,12 +277,42 @@ static unsigned char hello_byte(void)
   return (unsigned char)(R2S_HELLO_SIZED | (63 - __builtin_clzll(after)));
 }
 
-/* The peer's urgent byte urg (>= 0) was seen: a hello is kept for
- * r2s__link_close. Returns whether the byte is the shim's. */
-static bool note_urgent(r2s_link_t *l, int urg)
+/* Whether the peer's urgent byte urg (>= 0) is the shim's: a switch mark,
+ * or a hello where hellos are sent, at the very start of the stream (the
+ * reader then stands at the mark: mark 1, or -1 to ask). An application
+ * may send an urgent byte of the same value; anywhere else it is its own.
+ * At the start it could be either, if the peer's shim had not greeted
+ * first: an accepting end does before its application's first urgent byte
+ * (r2s__link_send_oob), so the application's byte comes second and the
+ * kernel steps over the hello, which r2s__tcp_mark_at_start sees. */
+static bool shim_urgent_here(int fd, int urg, int mark)
 {
-  if (r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
-  return r2s__is_shim_urgent(urg);
+  if (!r2s__is_shim_urgent(urg)) return false;
+  /* A switch mark may stand anywhere; an application's urgent byte of
+   * its value is taken for one (README, limitations). */
+  if (urg == R2S_SWITCH_BYTE) return true;
+  /* Where the mark stands is asked of the kernel, not of our count, which
+   * a link inherited across exec does not have; and after urg was read
+   * (mark 1 says so): a position asked before may be that of no urgent
+   * byte at all. */
+  int m = mark == 1 ? 1 : at_mark(fd);
+  /* The kernel cannot say (a reset, an old kernel): taken for the hello,
+   * which is by far the likelier. */
+  if (m < 0 || (m == 1 && r2s__tcp_mark_at_start(fd) != 0)) return true;
+  /* Past the start or ahead of the reader, unless a newer urgent byte
+   * (the peer's switch mark) came since urg was read and moved the mark:
+   * the reader then looks again, at the new one. */
+  return urgent_peek(fd) != urg || at_mark(fd) != m;
+}
+
+/* The peer's urgent byte urg (>= 0) was seen (mark as for
+ * shim_urgent_here): a hello is kept for r2s__link_close. Returns whether
+ * the byte is the shim's. */
+static bool note_urgent(r2s_link_t *l, int fd, int urg, int mark)
+{
+  bool ours = shim_urgent_here(fd, urg, mark);
+  if (ours && r2s__is_hello(urg)) __atomic_store_n(&l->peer_hello, urg, __ATOMIC_RELAXED);
+  return ours;
 }
 
 /* A link in the given states, counted as active; NULL without memory. */
@@ -239,6 +324,7 @@ static r2s_link_t *link_new(int rx_state, int tx_state)
   pthread_mutex_init(&l->tx_lock, NULL);
   l->rx_state = rx_state;
   l->tx_state = tx_state;
+  l->refs = 1;
   l->tx_probe_at = 1;
   l->pump_due = 1;
   __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
@@ -276,7 +362,7 @@ r2s_link_t *r2s__link_start_inline(int fd)
   r2s_link_t *l = link_new(R2S_RX_PROBE, R2S_TX_PLAIN);
   if (!l) return NULL;
   l->app_oob = true;
-  l->app_oobinline = true;
+  __atomic_store_n(&l->app_oobinline, true, __ATOMIC_RELEASE);
   l->tcp_reason = R2S_REASON_APP_OOB;
   return l;
 }
@@ -309,7 +395,8 @@ bool r2s__link_sandbox(r2s_link_t *l)
    * either direction, no control bytes owed, no bytes read ahead. */
   bool quiet = (rx == R2S_RX_PROBE || rx == R2S_RX_PREMARK || rx == R2S_RX_PLAIN) && !l->rx_plain_pending &&
                (tx == R2S_TX_PROBE || tx == R2S_TX_PLAIN) && !l->tp && l->tx_pending_len == 0 &&
-               r2s__readahead_len(&l->rx_ahead) == 0 && !l->interlude_owed && !l->app_oobinline && !FAILED(l);
+               r2s__readahead_len(&l->rx_ahead) == 0 && !l->interlude_owed &&
+               !__atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) && !FAILED(l);
   if (quiet) {
     if (!l->tcp_reason) l->tcp_reason = R2S_REASON_SANDBOXED;
     set_rx(l, R2S_RX_PLAIN);
@@ -323,6 +410,7 @@ bool r2s__link_sandbox(r2s_link_t *l)
 
 void r2s__link_free(r2s_link_t *l)
 {
+  if (__atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
   if (!__atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE))
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
   if (TPS(l)) TP(l)->release(TPS(l));
@@ -365,8 +453,10 @@ int r2s__link_reason(const r2s_link_t *l)
 /* The first direction of the connection entered a ring. */
 static void mark_upgraded(r2s_link_t *l)
 {
-  if (__atomic_exchange_n(&l->upgraded, 1, __ATOMIC_ACQ_REL) == 0 && l->on_upgrade)
-    l->on_upgrade(l->on_upgrade_arg, TP(l)->path);
+  /* Cleared when the reaper takes the link over (r2s__link_close): its
+   * connection may be gone by then. */
+  void (*cb)(void *, int) = __atomic_load_n(&l->on_upgrade, __ATOMIC_ACQUIRE);
+  if (__atomic_exchange_n(&l->upgraded, 1, __ATOMIC_ACQ_REL) == 0 && cb) cb(l->on_upgrade_arg, TP(l)->path);
 }
 
 /* The send side waits for a frame from the peer (its HANDSHAKE, then its
@@ -461,6 +551,7 @@ static int flush_ctrl(r2s_link_t *l, int fd)
 {
   while (l->tx_pending_len) {
     ssize_t n = k_send(fd, l->tx_pending, l->tx_pending_len, 0);
+    if (n < 0) keep_sock_err(l, n);
     if (n < 0) return (int)n;
     memmove(l->tx_pending, l->tx_pending + n, l->tx_pending_len - (size_t)n);
     l->tx_pending_len -= (uint32_t)n;
@@ -686,6 +777,7 @@ static int send_interlude_locked(r2s_link_t *l, int fd)
   len += r2s__frame_u64_encode(R2S_FRAME_PLAIN, 0, buf + len, sizeof buf - (size_t)len);
   if ((size_t)len > sizeof l->tx_pending - l->tx_pending_len) return -EAGAIN; /* flushed first */
   ssize_t n = k_send(fd, &mark, 1, MSG_OOB);
+  keep_sock_err(l, n);
   if (n == -EAGAIN || n == -ENOBUFS || n == 0) return -EAGAIN;
   if (n < 0) { /* a broken socket: nothing left to tell, the write reports it */
     l->interlude_owed = false;
@@ -721,10 +813,12 @@ static bool greet_locked(r2s_link_t *l, int fd)
     set_tx(l, R2S_TX_PLAIN);
     return false;
   }
-  if (l->tx_plain_bytes == 0 && k_send(fd, &hello, 1, MSG_OOB) == 1) {
-    l->hello_owed = false;
+  ssize_t sent = l->tx_plain_bytes == 0 ? k_send(fd, &hello, 1, MSG_OOB) : 0;
+  if (sent == 1) {
+    __atomic_store_n(&l->hello_owed, false, __ATOMIC_RELEASE);
     return true;
   }
+  keep_sock_err(l, sent);
   /* Still owed, so that no later switch can put a mark behind those bytes. */
   if (!l->tcp_reason) l->tcp_reason = R2S_REASON_NO_HELLO;
   if (l->tx_state == R2S_TX_PROBE) set_tx(l, R2S_TX_PLAIN);
@@ -773,6 +867,7 @@ static int switch_tx(r2s_link_t *l, int fd)
     return len < 0 ? len : -ENOBUFS;
   }
   ssize_t n = k_send(fd, &mark, 1, MSG_OOB);
+  keep_sock_err(l, n);
   if (n != 1) { /* the send buffer is full: try again on a later write */
     tp->release(st);
     return n < 0 ? (int)n : -EAGAIN;
@@ -927,6 +1022,7 @@ static int read_frame(r2s_link_t *l, int fd, r2s_frame_hdr_t *h)
 {
   while (l->rx_hdr_len < R2S_FRAME_HDR_LEN) {
     ssize_t n = k_recv(fd, l->rx_hdr + l->rx_hdr_len, R2S_FRAME_HDR_LEN - l->rx_hdr_len, 0);
+    if (n < 0) keep_sock_err(l, n);
     if (n <= 0) return (int)n;
     l->rx_hdr_len += (uint32_t)n;
   }
@@ -939,6 +1035,7 @@ static int read_frame(r2s_link_t *l, int fd, r2s_frame_hdr_t *h)
     }
     while (l->rx_ctrl_len < h->len) {
       ssize_t n = k_recv(fd, l->rx_ctrl + l->rx_ctrl_len, h->len - l->rx_ctrl_len, 0);
+      if (n < 0) keep_sock_err(l, n);
       if (n <= 0) return n == 0 ? 0 : (int)n;
       l->rx_ctrl_len += (uint32_t)n;
     }
@@ -983,8 +1080,10 @@ static void fetch_done(r2s_link_t *l, int fd, const r2s_handed_t *msg, int rc)
 {
   pthread_mutex_lock(&l->tx_lock);
   /* Also when it failed: the socket we waited on closes (a sandboxed
-   * process only closes it: accepting is not its own call). */
-  bool take = !rc && msg && !r2s__sandboxed();
+   * process only closes it: accepting is not its own call). Not once
+   * the reaper reads the closed connection on (reap_read): a ring taken
+   * then would carry nothing. */
+  bool take = !rc && msg && !r2s__sandboxed() && !__atomic_load_n(&l->reaped, __ATOMIC_ACQUIRE);
   int got = TP(l)->fetched(TPS(l), &l->peer_hs, take ? msg->nonce : NULL);
   if (take) rc = got;
   else if (!rc) rc = -EPERM;
@@ -1085,11 +1184,14 @@ static ssize_t rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cn
   int mark = mark_here(fd, &urg);
   if (mark < 0) return mark;
   if (urg == -EINVAL && (n <= 0 || l->rx_state == R2S_RX_PROBE)) urg = urgent_peek(fd);
-  /* A reset connection keeps its unread bytes but loses its urgent byte
-   * (ENOTCONN): whether they are frames can no longer be known, so none of
-   * them may reach the application as data. */
+  /* A reset connection keeps its unread bytes, which plain TCP delivers
+   * before it reports the reset, but the kernel no longer answers for its
+   * urgent byte (ENOTCONN). Bytes in front of the mark are the
+   * application's whatever the mark is; at the mark, the byte itself says
+   * whether frames follow. */
+  if (urg == -ENOTCONN) urg = mark ? urgent_after_reset(fd) : -EINVAL;
   if (urg < 0 && urg != -EINVAL && urg != -EAGAIN) return urg == -ENOTCONN ? -ECONNRESET : urg;
-  if (urg >= 0 && !note_urgent(l, urg)) {
+  if (urg >= 0 && !note_urgent(l, fd, urg, mark)) {
     /* Urgent data that is not ours: the peer application uses it. */
     peer_is_plain(l, fd, R2S_REASON_APP_OOB);
     return RETRY;
@@ -1225,7 +1327,16 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     if (TP(l)->peer_tx_closed(TPS(l)) || l->rx_eof) {
       /* End of stream only once the ring is empty after seeing it. */
       n = TP(l)->get(TPS(l), iov, cnt, want, peek);
-      return n == 0 && l->rx_err ? l->rx_err : n;
+      if (n == 0 && l->rx_err) {
+        /* The kernel reports its error once, then the end of the stream;
+         * the same error kept for the application (keep_sock_err) is
+         * this one. */
+        n = l->rx_err;
+        l->rx_err = 0;
+        int same = (int)n;
+        __atomic_compare_exchange_n(&l->sock_err, &same, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+      }
+      return n;
     }
     /* Only frames read from the socket can change the answer: the ring
      * is looked at again after a pump, not otherwise. */
@@ -1257,6 +1368,8 @@ static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int
     break;
   default: {
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    oobinline_to_kernel(l, fd);
+    settle_plain(l);
     n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
     if (n < 0) n = -errno;
     if (n == 0) set_rx_eof(l);
@@ -1322,6 +1435,8 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
    * (or in TCP) first. A thread that peeked them must be able to read them
    * even if another thread shut the socket down in between. */
   if (n == -EAGAIN && l->rx_shut) n = 0;
+  n = give_sock_err(l, n);
+  if (n < 0) settle_plain(l);
   pthread_mutex_unlock(&l->rx_lock);
   return n;
 }
@@ -1487,12 +1602,40 @@ static ssize_t tx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt
   return (ssize_t)app;
 }
 
+/* The kernel's error for a socket whose peer is gone (its reset, or the
+ * one a call of the shim's took, keep_sock_err), or EPIPE once that was
+ * reported. */
+static ssize_t gone_error(r2s_link_t *l, int fd)
+{
+  int kept = __atomic_exchange_n(&l->sock_err, 0, __ATOMIC_ACQ_REL);
+  if (kept) return kept;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (r2s__libc.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err) return -err;
+  return -EPIPE;
+}
+
+/* The peer's application closed the connection: its end marked our ring
+ * closed (close_rx). Bytes TCP sends to a closed socket are answered with
+ * a reset, which ends every later call; the write that sent them, made
+ * before the reset could come back, succeeded. So does the first write
+ * here (its bytes are lost, as TCP's), unless the kernel already has a
+ * reset (the peer closed with bytes unread). tx_lock held. */
+static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
+{
+  struct pollfd p = {fd, 0, 0};
+  (void)r2s__libc.poll(&p, 1, 0);
+  if ((p.revents & POLLERR) || __atomic_exchange_n(&l->peer_gone, 1, __ATOMIC_ACQ_REL)) return gone_error(l, fd);
+  return len ? (ssize_t)len : -EPIPE;
+}
+
 ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
                        r2s_link_moved_t *mv)
 {
   if (mv) *mv = (r2s_link_moved_t){0};
   pthread_mutex_lock(&l->tx_lock);
-  ssize_t n = RETRY;
+  /* The kernel checks for an error before it takes a byte. */
+  ssize_t n = __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) ? -EAGAIN : RETRY;
   while (n == RETRY) {
     if (FAILED(l)) {
       n = -EPIPE;
@@ -1506,7 +1649,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     case R2S_TX_PROBE:
       if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
         int urg = urgent_peek(fd);
-        if ((urg >= 0 && note_urgent(l, urg)) || urg == -EAGAIN)
+        if ((urg >= 0 && note_urgent(l, fd, urg, -1)) || urg == -EAGAIN)
           __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at = next_probe(l->tx_writes);
       }
@@ -1559,7 +1702,8 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       }
       if (l->tx_state != R2S_TX_RING) continue; /* our PLAIN frame left: TCP from here */
       n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
-      if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? -EPIPE : -EAGAIN;
+      if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? gone_error(l, fd) : -EAGAIN;
+      if (n == -EPIPE) n = peer_closed_locked(l, fd, r2s__iov_total(iov, cnt));
       if (n > 0 && mv) mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
       /* The ring cannot take more (shm: no room in /dev/shm for its
@@ -1585,8 +1729,33 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     }
   }
+  n = give_sock_err(l, n);
+  if (n < 0) settle_plain(l);
   pthread_mutex_unlock(&l->tx_lock);
   return n;
+}
+
+/* The application's first byte on the connection is urgent, and our
+ * hello is still owed (an accepting end that has not written yet): the
+ * hello goes first, as in front of any first byte of a server that speaks
+ * first, so that the application's byte does not stand at the start of
+ * the stream, where one of a hello's value would pass for it
+ * (shim_urgent_here). Whether the client runs the shim need not be known:
+ * its hello may still be on its way (a nonblocking connect is seen
+ * complete late), and at a plain client the kernel steps over our hello,
+ * unread, when the application's urgent byte replaces it. Only while the
+ * kernel says that no byte ever left: a hello behind bytes would not be
+ * at the start, and, replaced, would be left in the stream as data.
+ * tx_lock held. */
+static void greet_before_urgent_locked(r2s_link_t *l, int fd)
+{
+  if (!l->hello_owed || l->tp || l->interlude_sent || !r2s__tcp_never_sent(fd)) return;
+  const unsigned char hello = hello_byte();
+  ssize_t n = k_send(fd, &hello, 1, MSG_OOB);
+  if (n == 1)
+    __atomic_store_n(&l->hello_owed, false, __ATOMIC_RELEASE);
+  else
+    keep_sock_err(l, n);
 }
 
 void r2s__link_app_oob(r2s_link_t *l, int fd)
@@ -1606,6 +1775,24 @@ void r2s__link_app_oob(r2s_link_t *l, int fd)
   if (fd >= 0) (void)send_interlude_locked(l, fd);
   settle_plain(l);
   pthread_mutex_unlock(&l->tx_lock);
+}
+
+int r2s__link_set_oobinline(r2s_link_t *l, int fd, bool on)
+{
+  pthread_mutex_lock(&l->rx_lock);
+  bool kept = l->rx_state != R2S_RX_PLAIN || __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE);
+  if (kept) __atomic_store_n(&l->app_oobinline, on, __ATOMIC_RELEASE);
+  oobinline_to_kernel(l, fd);
+  settle_plain(l);
+  pthread_mutex_unlock(&l->rx_lock);
+  if (kept) return 0;
+  int v = on;
+  return r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v) < 0 ? -errno : 0;
+}
+
+int r2s__link_oobinline(r2s_link_t *l)
+{
+  return __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) ? 1 : -1;
 }
 
 int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
@@ -1632,6 +1819,15 @@ int r2s__link_tcp_opt(r2s_link_t *l, int name)
   return v;
 }
 
+bool r2s__link_urgent_is_shims(r2s_link_t *l, int fd)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN ||
+      __atomic_load_n(&l->rx_plain_pending, __ATOMIC_ACQUIRE))
+    return false;
+  int urg = urgent_peek(fd);
+  return urg >= 0 && shim_urgent_here(fd, urg, -1);
+}
+
 int r2s__link_atmark(r2s_link_t *l, int fd)
 {
   /* Control frames in front of the application's next byte (a PLAIN frame
@@ -1655,7 +1851,7 @@ int r2s__link_atmark(r2s_link_t *l, int fd)
   /* In PROBE/PREMARK a mark of ours (hello) is not the application's. */
   if (v && st != R2S_RX_PLAIN) {
     int urg = urgent_peek(fd);
-    if (r2s__is_shim_urgent(urg)) v = 0;
+    if (urg >= 0 && shim_urgent_here(fd, urg, 1)) v = 0;
   }
   return v; /* ring or frames first: the application is not at a mark */
 }
@@ -1664,6 +1860,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
 {
   pthread_mutex_lock(&l->tx_lock);
   int st = l->tx_state;
+  greet_before_urgent_locked(l, fd);
   if (st == R2S_TX_PROBE) {
     if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
     set_tx(l, R2S_TX_PLAIN);
@@ -2118,6 +2315,24 @@ static bool aborts(int fd)
   return r2s__libc.getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff && lg.l_linger == 0;
 }
 
+/* The reaper's reader (reaper.h): the closed connection is read on as the
+ * application would, so that the peer's frames are taken as frames and an
+ * application byte of its, which reaches a socket closed on TCP, is told
+ * from them. */
+static ssize_t reap_read(void *arg, int fd)
+{
+  r2s_link_t *l = arg;
+  char buf[4096];
+  struct iovec v = {buf, sizeof buf};
+  ssize_t n = r2s__link_recv(l, fd, &v, 1, 0, NULL);
+  return n == -EINTR ? -EAGAIN : n;
+}
+
+static void reap_release(void *arg)
+{
+  r2s__link_free(arg);
+}
+
 void r2s__link_close(r2s_link_t *l, int fd, bool used)
 {
   pthread_mutex_lock(&l->rx_lock);
@@ -2139,7 +2354,7 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
       }
       char c;
       /* Not a switch mark (above): a hello, if the shim's. */
-      if (urg >= 0 && note_urgent(l, urg) && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
+      if (urg >= 0 && note_urgent(l, fd, urg, 1) && k_recv(fd, &c, 1, MSG_PEEK) == -EAGAIN)
         (void)k_recv(fd, NULL, 1, MSG_TRUNC); /* takes the lone hello */
       break;
     }
@@ -2179,6 +2394,16 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
    * front of new bytes of its application, and none answers ours: we never
    * switched (checked below, under tx_lock). The first end to close then
    * needs no reaper either. */
+  /* As the kernel's close does for a socket: the peer's writes into our
+   * ring fail from now on, and bytes of its that the application left
+   * unread in the ring make the close a reset. */
+  bool ring_unread = false;
+  if (used && TPS(l) && !FAILED(l)) {
+    ssize_t left = TP(l)->avail(TPS(l));
+    size_t one = 1;
+    ring_unread = left > 0 && !(l->rx_state == R2S_RX_RING && l->rx_plain_pending && ring_ends_here(l, &one));
+    if (TP(l)->close_rx) TP(l)->close_rx(TPS(l));
+  }
   bool peer_quiet = (l->rx_state == R2S_RX_PROBE || l->rx_state == R2S_RX_PREMARK) &&
                     __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) + l->rx_consumed <
                         r2s__hello_floor(__atomic_load_n(&l->peer_hello, __ATOMIC_RELAXED));
@@ -2208,7 +2433,7 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
   bool only_frames = (rx == R2S_RX_RING || (rx == R2S_RX_FRAMES && !l->rx_data_left && !l->rx_hdr_len)) &&
                      !l->rx_plain_pending;
-  if (r2s__readahead_len(&l->rx_ahead)) {
+  if (r2s__readahead_len(&l->rx_ahead) || ring_unread) {
     /* Application bytes read ahead and never read: TCP would answer the
      * close with a reset, as it does for bytes left in the socket. The
      * kernel no longer has them, so it is asked to. */
@@ -2216,6 +2441,13 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
     (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof abort_now);
   } else if (used && !peer_done && !peer_quiet && !FAILED(l) && !aborts(fd) &&
              (only_frames || (r2s__libc.ioctl(fd, FIONREAD, &unread) == 0 && unread == 0))) {
-    if (r2s__reaper_adopt(fd) == 0) R2S_STAT_INC(closes_reaped);
+    __atomic_add_fetch(&l->refs, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&l->reaped, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&l->on_upgrade, NULL, __ATOMIC_RELEASE);
+    r2s_reap_reader_t rd = {reap_read, reap_release, l};
+    if (r2s__reaper_adopt(fd, &rd) == 0)
+      R2S_STAT_INC(closes_reaped);
+    else
+      r2s__link_free(l);
   }
 }

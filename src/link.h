@@ -46,11 +46,14 @@ typedef enum { R2S_FETCH_NONE, R2S_FETCH_ASKED, R2S_FETCH_DONE } r2s_fetch_state
 
 struct r2s_link_s {
   int passthrough; /* first member (see conn.h): both directions PLAIN */
+  int refs;        /* atomic: the connection's, and the reaper's after a close (r2s__link_close) */
   pthread_mutex_t rx_lock, tx_lock;
   int rx_state, tx_state; /* atomic loads on the fast path */
   int peer_shim;          /* the peer announced itself */
   int peer_hello;         /* its hello byte once seen (atomic), else 0 */
   int failed;             /* -errno after a protocol error: the connection is reset */
+  int sock_err;           /* atomic: the socket's error (a reset) that a call of the shim's took from
+                           * the kernel, which reports one once: the application's next call gets it */
 
   /* receive side (rx_lock) */
   uint64_t rx_consumed;  /* application bytes taken from TCP before the mark */
@@ -61,16 +64,17 @@ struct r2s_link_s {
   uint32_t rx_ctrl_len, rx_ctrl_need;
   /* rx_eof and rx_shut are stored atomically: look_ring (link.c) reads them without rx_lock */
   bool rx_eof;           /* TCP said end of stream (after the ring drains) */
-  int rx_err;            /* ... or this -errno (a reset) */
+  int rx_err;            /* ... or this -errno (a reset), reported once */
   bool rx_plain_pending; /* PLAIN received: after rx_plain_at ring bytes, TCP again */
   uint64_t rx_plain_at;
   bool peer_passed_mark;               /* the peer read our handshake (it sent RING or DECLINE) */
   bool app_oob;                        /* the application uses urgent data */
-  bool app_oobinline;                  /* ... inline: the kernel's flag is ours until PLAIN */
+  bool app_oobinline;                  /* atomic: ... inline, and the kernel's flag is ours until PLAIN */
   bool interlude_owed, interlude_sent; /* see send_interlude_locked() */
   bool app_urgent_sent;                /* the application's own urgent byte went out (tx_lock) */
   bool rx_shut;                        /* the application shut down reading */
   bool closing;                        /* the last fd is being closed: no new switch */
+  bool reaped;                         /* atomic: the reaper reads it on after the close */
   int pump_due;      /* atomic: TCP may hold frames for us (see pump_is_due) */
   uint32_t idle_looks;
   int peer_gone;     /* atomic: the peer's socket answered with a reset */
@@ -130,6 +134,9 @@ struct r2s_link_s {
  * true) sends its hello only once the peer's has come, so that a plain
  * client never sees urgent data (docs/protocol.md, "Hello"). */
 r2s_link_t *r2s__link_start(int fd, bool accepted);
+/* Drops a reference: the connection's own, when it is freed. The link
+ * goes once the reaper, which reads a closed connection on with it, is
+ * done too. */
 void r2s__link_free(r2s_link_t *l);
 
 /* The process is about to confine its system calls (sandbox.h): a link on
@@ -180,6 +187,11 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
  * (or -EAGAIN) until the peer has read past our switch mark, so the new
  * urgent pointer cannot hide it. Returns bytes sent or -errno. */
 ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, int flags, bool nonblock);
+
+/* Whether the urgent byte the peer sent last is the shim's own (its hello
+ * at the start of the stream, or its switch mark), not the application's:
+ * POLLPRI and select()'s exceptfds leave it out. */
+bool r2s__link_urgent_is_shims(r2s_link_t *l, int fd);
 
 /* SIOCATMARK for a carried connection: 0 while ring bytes come first. */
 int r2s__link_atmark(r2s_link_t *l, int fd);
@@ -290,6 +302,16 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used);
  * switched, stays plain for good. (The receive direction is the peer's to
  * switch; urgent bytes racing a switch are a documented limitation.) */
 void r2s__link_app_oob(r2s_link_t *l, int fd);
+
+/* The application sets SO_OOBINLINE on a connected socket. While the
+ * receive direction is not plain TCP the peer's hello or switch mark may
+ * lie in front of the reader, and the kernel would hand it out inline as
+ * data: the kernel's flag stays the shim's (off) and the application's
+ * value is kept until the direction is plain, then given to the kernel.
+ * Returns 0 or -errno. r2s__link_oobinline: the application's value while
+ * it is kept (1), else -1 (the kernel's answer stands). */
+int r2s__link_set_oobinline(r2s_link_t *l, int fd, bool on);
+int r2s__link_oobinline(r2s_link_t *l);
 
 /* The application sets TCP_NODELAY or TCP_CORK (name) to v on fd. While
  * our send direction carries the shim's frames the shim keeps Nagle off and

@@ -6,7 +6,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "clock.h"
@@ -111,12 +114,7 @@ static short kernel_in(r2s_conn_t *c, int fd, short want, short krev)
 static bool urgent_is_shims(r2s_conn_t *c, int fd)
 {
   r2s_link_t *l = c->link;
-  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN ||
-      __atomic_load_n(&l->rx_plain_pending, __ATOMIC_ACQUIRE))
-    return false;
-  unsigned char b;
-  if (r2s__libc.recv(fd, &b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT) != 1) return false;
-  if (!r2s__is_shim_urgent(b)) return false;
+  if (!r2s__link_urgent_is_shims(l, fd)) return false;
   r2s__link_pump(l, fd);
   return true;
 }
@@ -375,19 +373,49 @@ typedef struct ep_entry_s {
   int fd;
   uint32_t events;
   uint64_t data;
-  r2s_conn_t *conn; /* identity check: the fd number may have been reused */
+  r2s_conn_t *conn; /* identity check (same_conn): the fd number may have been reused */
+  uint32_t conn_id; /* ... and conn's memory, by a newer connection (the pool) */
   bool fired;       /* EPOLLONESHOT reported, until the next MOD */
   unsigned round;   /* the epoll_wait call that last reported it */
   uint8_t et_have;  /* EPOLLET: which of et_gen hold a reported state (bit 0 IN, 1 OUT) */
   uint64_t et_gen[2]; /* EPOLLET: r2s__link_edge_gen when EPOLLIN, EPOLLOUT were last reported */
 } ep_entry_t;
 
+/* A connection added (or modified) while another thread already sleeps in
+ * the kernel on the set was neither looked at nor armed by that wait: bytes
+ * in its ring (there already, or coming later without a doorbell, which
+ * only an armed connection gets) would leave the waiter asleep until its
+ * timeout. Apache's event MPM re-adds each keep-alive connection from a
+ * worker thread while its listener thread waits, and waited out its 5 s
+ * keep-alive timeout for requests that sat in the ring. So the set gets a
+ * wake-up: one end of a socket pair of the shim's (at 512 and up),
+ * registered in the set with a random key as its data, made readable by
+ * epoll_ctl while a thread waits on the set, and drained by the waiter,
+ * which looks at (and arms) the connections again and never reports it. */
+typedef struct ep_wake_s {
+  int rd, wr;    /* -1 until first needed */
+  ino_t rd_ino, wr_ino;
+  uint64_t key;  /* the data of rd's registration in the set */
+} ep_wake_t;
+
 typedef struct ep_reg_s {
   pthread_mutex_t lock;
   ep_entry_t *v;
   unsigned n, cap;
   unsigned round; /* counts epoll_wait calls, to report an entry once per call */
+  ep_wake_t wake; /* r->lock */
+  int waiters;    /* atomic: threads in an epoll wait on the set (r2s__epoll_wait) */
 } ep_reg_t;
+
+/* Whether the entry was made for connection c. The kernel drops a closed
+ * socket from its epoll sets by itself, with no EPOLL_CTL_DEL (haproxy
+ * relies on that), so an entry can outlive its connection: its fd number
+ * and the connection's pooled memory may both belong to a newer one,
+ * whose events must not be reported with the old registration's data. */
+static inline bool same_conn(const ep_entry_t *e, const r2s_conn_t *c)
+{
+  return c == e->conn && c->id == e->conn_id;
+}
 
 /* One slot per possible epoll fd, reserved like the fd table. */
 static ep_reg_t **regs;
@@ -397,7 +425,7 @@ static void regs_init(void)
 {
   size_t len = (size_t)r2s__fd_cap * sizeof *regs;
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  regs = p == MAP_FAILED ? NULL : p;
+  __atomic_store_n(&regs, p == MAP_FAILED ? NULL : (ep_reg_t **)p, __ATOMIC_RELEASE);
   if (regs) R2S_LSAN_ROOT(p, len);
 }
 
@@ -410,6 +438,7 @@ static ep_reg_t *reg_of(int epfd, bool create)
   r = calloc(1, sizeof *r);
   if (!r) return NULL;
   pthread_mutex_init(&r->lock, NULL);
+  r->wake.rd = r->wake.wr = -1;
   ep_reg_t *expected = NULL;
   if (!__atomic_compare_exchange_n(&regs[epfd], &expected, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     free(r);
@@ -418,13 +447,98 @@ static ep_reg_t *reg_of(int epfd, bool create)
   return r;
 }
 
+/* ---- the set's wake-up (ep_wake_t) ---- */
+
+static void wake_close(ep_wake_t *w)
+{
+  /* A number the application took back (closefrom, then a file of its
+   * own) is no longer ours: forgotten, never closed. */
+  if (w->rd >= 0 && r2s__still_sock(w->rd, w->rd_ino)) r2s__libc.close(w->rd);
+  if (w->wr >= 0 && r2s__still_sock(w->wr, w->wr_ino)) r2s__libc.close(w->wr);
+  w->rd = w->wr = -1;
+}
+
+/* fd moved to a number of the shim's (libc.h), close-on-exec; -1 on failure
+ * (fd is closed either way). */
+static int high_fd(int fd, ino_t *ino)
+{
+  int h = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
+  r2s__libc.close(fd);
+  if (h >= 0 && r2s__sock_ino(h, ino) < 0) {
+    r2s__libc.close(h);
+    h = -1;
+  }
+  return h;
+}
+
+/* The set's wake-up, made and registered in epfd on first use; false if
+ * it cannot be had (the wait then ends with its slice). r->lock held. */
+static bool wake_ready(ep_reg_t *r, int epfd)
+{
+  ep_wake_t *w = &r->wake;
+  if (w->rd >= 0 && r2s__still_sock(w->rd, w->rd_ino) && r2s__still_sock(w->wr, w->wr_ino)) return true;
+  wake_close(w);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) return false;
+  int wr = high_fd(sv[1], &w->wr_ino), rd = high_fd(sv[0], &w->rd_ino);
+  uint64_t key;
+  if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key)
+    key = (uint64_t)r2s__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)r;
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = key};
+  if (rd < 0 || wr < 0 || r2s__libc.epoll_ctl(epfd, EPOLL_CTL_ADD, rd, &ev) < 0) {
+    if (rd >= 0) r2s__libc.close(rd);
+    if (wr >= 0) r2s__libc.close(wr);
+    return false;
+  }
+  w->rd = rd, w->wr = wr, w->key = key;
+  return true;
+}
+
+/* Wakes the threads asleep on epfd: they look at the carried connections
+ * again. A nonblocking send: it never waits under r->lock. */
+static void wake_waiters(ep_reg_t *r, int epfd)
+{
+  pthread_mutex_lock(&r->lock);
+  if (wake_ready(r, epfd)) {
+    char b = 1;
+    (void)r2s__libc.send(r->wake.wr, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  pthread_mutex_unlock(&r->lock);
+}
+
+/* Whether ev is the set's wake-up; if so, it is drained. r->lock held. */
+static bool is_wake(ep_reg_t *r, const struct epoll_event *ev)
+{
+  if (r->wake.rd < 0 || ev->data.u64 != r->wake.key) return false;
+  char buf[64];
+  if (r2s__still_sock(r->wake.rd, r->wake.rd_ino))
+    while (r2s__libc.recv(r->wake.rd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+    }
+  return true;
+}
+
+/* The kernel's events for epfd less the set's wake-up (a wait that was
+ * not the shim's when it began can still be woken by it). */
+static int drop_wakes(ep_reg_t *r, struct epoll_event *ev, int n)
+{
+  int out = 0;
+  pthread_mutex_lock(&r->lock);
+  for (int j = 0; j < n; j++)
+    if (!is_wake(r, &ev[j])) ev[out++] = ev[j];
+  pthread_mutex_unlock(&r->lock);
+  return out;
+}
+
 void r2s__epoll_closed(int fd)
 {
-  if (!regs || fd < 0 || (unsigned)fd >= r2s__fd_cap) return;
+  if (!__atomic_load_n(&regs, __ATOMIC_ACQUIRE) || fd < 0 || (unsigned)fd >= r2s__fd_cap ||
+      !__atomic_load_n(&regs[fd], __ATOMIC_ACQUIRE))
+    return;
   ep_reg_t *r = __atomic_exchange_n(&regs[fd], NULL, __ATOMIC_ACQ_REL);
   if (!r) return;
   /* A wait still running on this epoll fd in another thread would be the
    * application's own use-after-close; the registry goes with the fd. */
+  wake_close(&r->wake);
   pthread_mutex_destroy(&r->lock);
   free(r->v);
   free(r);
@@ -437,6 +551,7 @@ void r2s__epoll_created(int epfd)
   if (!r) return;
   pthread_mutex_lock(&r->lock);
   r->n = 0;
+  wake_close(&r->wake); /* registered in the old set, not in this one */
   pthread_mutex_unlock(&r->lock);
 }
 
@@ -462,9 +577,18 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
         else
           i = r->n; /* out of memory: the kernel's answer stands for it */
       }
-      if (i < r->n) r->v[i] = (ep_entry_t){.fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c};
+      if (i < r->n) r->v[i] = (ep_entry_t){.fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c, .conn_id = c->id};
     }
     pthread_mutex_unlock(&r->lock);
+  }
+  /* A waiter must look at the connection again where the link, not the
+   * kernel, answers for it (see ep_wake_t). */
+  if (r && c && ev && op != EPOLL_CTL_DEL && !r2s__conn_passthrough(c) &&
+      __atomic_load_n(&r->waiters, __ATOMIC_ACQUIRE) > 0) {
+    r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+    short want = (short)(ev->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+    if (l) (void)r2s__link_poll(l, fd, want, &owned);
+    if (l && (owned & want)) wake_waiters(r, epfd);
   }
   if (c) r2s__conn_put(c);
 }
@@ -510,7 +634,7 @@ static int collect(ep_reg_t *r, struct epoll_event *out, int max, bool arm, int6
     if (e->fired) continue;
     r2s_conn_t *c = carried(e->fd);
     if (!c) continue;
-    if (c == e->conn) {
+    if (same_conn(e, c)) {
       any = true;
       short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
       short rev = arm ? r2s__link_arm(c->link, e->fd, want) : r2s__link_poll(c->link, e->fd, want, &owned);
@@ -537,7 +661,7 @@ static void unarm_all(ep_reg_t *r)
   for (unsigned i = 0; i < r->n; i++) {
     r2s_conn_t *c = carried(r->v[i].fd);
     if (!c) continue;
-    if (c == r->v[i].conn) r2s__link_unarm(c->link, (short)(r->v[i].events & (EPOLLIN | EPOLLOUT)));
+    if (same_conn(&r->v[i], c)) r2s__link_unarm(c->link, (short)(r->v[i].events & (EPOLLIN | EPOLLOUT)));
     r2s__conn_put(c);
   }
   pthread_mutex_unlock(&r->lock);
@@ -571,12 +695,13 @@ static int filter(ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll
   pthread_mutex_lock(&r->lock);
   for (int j = 0; j < k; j++) {
     uint32_t events = ev[j].events;
+    if (is_wake(r, &ev[j])) continue;
     for (unsigned i = 0; i < r->n; i++) {
       ep_entry_t *e = &r->v[i];
       if (e->data != ev[j].data.u64) continue;
       r2s_conn_t *c = carried(e->fd);
       if (!c) break;
-      if (c == e->conn) {
+      if (same_conn(e, c)) {
         if (e->round == r->round) {
           merge_reported(c, e, events, done, ndone);
           events = 0;
@@ -635,7 +760,7 @@ static int64_t reg_nap(ep_reg_t *r, int64_t waited_ns)
     if (e->fired) continue;
     r2s_conn_t *c = carried(e->fd);
     if (!c) continue;
-    if (c == e->conn) {
+    if (same_conn(e, c)) {
       int64_t v = r2s__link_nap_ns(c->link, (short)(e->events & (EPOLLIN | EPOLLOUT)), waited_ns);
       if (v > 0 && (!nap || v < nap)) nap = v;
     }
@@ -664,7 +789,7 @@ static bool ep_scan(ep_look_t *look, bool budget_only)
     if (e->fired) continue;
     r2s_conn_t *c = carried(e->fd);
     if (!c) continue;
-    if (c == e->conn) {
+    if (same_conn(e, c)) {
       short want = (short)(e->events & (EPOLLIN | EPOLLOUT));
       if (budget_only) {
         int64_t b = r2s__link_spin_budget(c->link, want, look->may_probe);
@@ -693,7 +818,7 @@ static bool spin_entries(ep_reg_t *r)
   for (unsigned i = 0; i < r->n && links <= PROBE_LINKS; i++) {
     r2s_conn_t *c = r->v[i].fired ? NULL : carried(r->v[i].fd);
     if (!c) continue;
-    links += c == r->v[i].conn;
+    links += same_conn(&r->v[i], c);
     r2s__conn_put(c);
   }
   pthread_mutex_unlock(&r->lock);
@@ -757,5 +882,50 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
       k = collect(r, ev, max, false, began);
       return k < 0 ? 0 : k;
     }
+  }
+}
+
+static int epoll_wait_counted(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                              const struct timespec *exact, bool may_shim);
+
+int r2s__epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                    const struct timespec *exact, bool may_shim)
+{
+  /* Counted as a waiter on the set while the process carries connections
+   * (the registry is made for it): one of them added meanwhile wakes it
+   * (ep_wake_t). Before any is carried, none can have bytes in a ring. */
+  ep_reg_t *r = may_shim && __atomic_load_n(&r2s__links_active, __ATOMIC_RELAXED) ? reg_of(epfd, true) : NULL;
+  if (r) __atomic_add_fetch(&r->waiters, 1, __ATOMIC_ACQ_REL);
+  int rc = epoll_wait_counted(epfd, ev, max, timeout_ms, mask, exact, may_shim);
+  if (r) __atomic_sub_fetch(&r->waiters, 1, __ATOMIC_ACQ_REL);
+  return rc;
+}
+
+static int epoll_wait_counted(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                              const struct timespec *exact, bool may_shim)
+{
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (bool first = true;; first = false) {
+    int ms = timeout_ms;
+    if (!first && deadline >= 0) {
+      int64_t left = deadline - now_ms();
+      ms = left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
+    }
+    int rc = -ENOENT;
+    if (may_shim && __atomic_load_n(&r2s__links_active, __ATOMIC_RELAXED) != 0)
+      rc = r2s__ready_epoll_wait(epfd, ev, max, ms, mask);
+    if (rc != -ENOENT) return rc;
+    if (first && exact) {
+      if (!r2s__libc.epoll_pwait2) return -ENOSYS;
+      rc = r2s__libc.epoll_pwait2(epfd, ev, max, exact, mask);
+      if (rc < 0) rc = -errno;
+    } else {
+      rc = kernel_epoll(epfd, ev, max, ms, mask);
+    }
+    ep_reg_t *r = rc > 0 ? reg_of(epfd, false) : NULL;
+    if (!r) return rc;
+    int n = drop_wakes(r, ev, rc);
+    /* Only the wake-up: a connection became ready meanwhile. */
+    if (n > 0 || ms == 0) return n;
   }
 }

@@ -22,6 +22,12 @@
  *    edge-triggered reader, a lost one is not. EPOLLONESHOT is honoured
  *    until the next EPOLL_CTL_MOD, which also makes the next report an
  *    edge.
+ *  - A carried connection added to (or modified in) an epoll set while its
+ *    ring already answers the registration wakes the threads asleep on the
+ *    set: the shim's own wake-up socket (at 512 and up) is registered in
+ *    the set under a random key, made readable, and never reported.
+ *    Lock order: a set's registry lock, then a link's locks (r2s__link_poll
+ *    only tries them).
  *  - All functions return a count or -errno and preserve the caller's
  *    pollfd/event arrays' meaning exactly as the kernel defines it.
  */
@@ -30,8 +36,10 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <time.h>
 
 extern unsigned r2s__links_active;
 
@@ -46,5 +54,12 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
 /* Returns -ENOENT when nothing of the shim's is registered in epfd: the
  * caller then asks the kernel directly. */
 int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask);
+/* epoll_wait, epoll_pwait and (with exact, its timeout to the nanosecond)
+ * epoll_pwait2: the shim's wait while the process has carried connections
+ * (may_shim: not a call of the shim's own), else the kernel's. The shim's
+ * wake-up for the set (readiness.c, ep_wake_t) is never reported: a wait
+ * it ends looks again until the timeout. Returns a count or -errno. */
+int r2s__epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                    const struct timespec *exact, bool may_shim);
 
 #endif

@@ -41,6 +41,7 @@ static struct reaped_s {
   ino_t ino;          /* the socket's: fd is ours only while it still is (mine) */
   int outq;           /* our bytes the peer has not acknowledged */
   long long moved_at; /* when outq last changed */
+  r2s_reap_reader_t rd; /* rd.read NULL: bytes are dropped */
 } *reaped;
 static int nreaped, cap;
 static bool started;
@@ -55,9 +56,19 @@ static bool mine(const struct reaped_s *r)
   return r2s__still_sock(r->fd, r->ino);
 }
 
-/* Reads what is there; true once the socket is done (FIN, error). */
-static bool drain(int fd)
+/* Reads what is there; true once the socket is done (FIN, error, or an
+ * application byte after the close: then it is reset, as TCP does). */
+static bool drain(const struct reaped_s *r)
 {
+  int fd = r->fd;
+  if (r->rd.read) {
+    ssize_t n = r->rd.read(r->rd.arg, fd);
+    if (n > 0) {
+      struct linger reset = {1, 0};
+      (void)r2s__libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    }
+    return n != -EAGAIN && n != -EINTR;
+  }
   char buf[4096];
   for (;;) {
     ssize_t n = r2s__libc.recv(fd, buf, sizeof buf, MSG_DONTWAIT);
@@ -83,6 +94,8 @@ static void *reaper_main(void *arg)
   r2s__in_shim++; /* everything this thread calls goes straight to libc */
   struct pollfd *p = NULL;
   int pcap = 0;
+  r2s_reap_reader_t *freed = NULL; /* readers to release once the lock is let go */
+  int nfreed = 0, freecap = 0;
   pthread_mutex_lock(&lock);
   for (;;) {
     while (nreaped == 0) pthread_cond_wait(&wake, &lock);
@@ -100,20 +113,36 @@ static void *reaper_main(void *arg)
       int fd = reaped[i].fd;
       bool lost = !mine(&reaped[i]), done = lost;
       for (int j = 0; j < n && !done; j++)
-        if (p[j].fd == fd && p[j].revents) done = drain(fd);
+        if (p[j].fd == fd && p[j].revents) done = drain(&reaped[i]);
       done = done || given_up(&reaped[i], t);
       if (done) {
         if (!lost) r2s__libc.close(fd);
+        if (reaped[i].rd.release) {
+          if (nfreed == freecap) {
+            int ncap = freecap ? freecap * 2 : 16;
+            r2s_reap_reader_t *nf = realloc(freed, (size_t)ncap * sizeof *nf);
+            if (nf) freed = nf, freecap = ncap;
+          }
+          /* Out of memory: the reader's state is kept for good (a leak),
+           * never released under the lock. */
+          if (nfreed < freecap) freed[nfreed++] = reaped[i].rd;
+        }
         reaped[i] = reaped[--nreaped];
       } else {
         i++;
       }
     }
+    if (nfreed) {
+      pthread_mutex_unlock(&lock);
+      for (int k = 0; k < nfreed; k++) freed[k].release(freed[k].arg);
+      nfreed = 0;
+      pthread_mutex_lock(&lock);
+    }
   }
   return NULL;
 }
 
-int r2s__reaper_adopt(int fd)
+int r2s__reaper_adopt(int fd, const r2s_reap_reader_t *rd)
 {
   if (r2s__sandboxed()) return -EPERM; /* no thread of ours there (sandbox.h) */
   int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
@@ -144,6 +173,7 @@ int r2s__reaper_adopt(int fd)
     reaped[nreaped].ino = ino;
     reaped[nreaped].outq = -1;
     reaped[nreaped].moved_at = r2s__now_ns();
+    reaped[nreaped].rd = rd ? *rd : (r2s_reap_reader_t){0};
     nreaped++;
     pthread_cond_signal(&wake);
   }
@@ -153,7 +183,7 @@ int r2s__reaper_adopt(int fd)
     return rc;
   }
   /* Our FIN goes out after everything queued; what the peer sends on is
-   * read and dropped by the reaper. */
+   * read by the reaper. */
   (void)r2s__libc.shutdown(dup, SHUT_WR);
   return 0;
 }
@@ -163,8 +193,10 @@ void r2s__reaper_fork_child(void)
   /* The thread is not in the child; the duplicates are the parent's. */
   pthread_mutex_init(&lock, NULL);
   pthread_cond_init(&wake, NULL);
-  for (int i = 0; i < nreaped; i++)
+  for (int i = 0; i < nreaped; i++) {
     if (mine(&reaped[i])) r2s__libc.close(reaped[i].fd);
+    if (reaped[i].rd.release) reaped[i].rd.release(reaped[i].rd.arg);
+  }
   nreaped = 0;
   started = false;
 }
@@ -176,7 +208,7 @@ static void sweep_locked(void)
     struct pollfd p = {reaped[i].fd, POLLIN | POLLRDHUP, 0};
     if (!mine(&reaped[i])) {
       reaped[i] = reaped[--nreaped];
-    } else if (r2s__libc.poll(&p, 1, 0) == 1 && drain(p.fd)) {
+    } else if (r2s__libc.poll(&p, 1, 0) == 1 && drain(&reaped[i])) {
       r2s__libc.close(p.fd);
       reaped[i] = reaped[--nreaped];
     } else {

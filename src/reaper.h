@@ -8,8 +8,9 @@
  *    our stream, or at least turn its clean end of stream into ECONNRESET.
  *  - r2s__reaper_adopt(fd) takes over a socket the application is closing:
  *    it keeps a duplicate of it (above fd 512, close-on-exec), sends our
- *    FIN, and reads and drops whatever arrives until the peer's FIN or an
- *    error. Short of that it keeps the socket while our send queue
+ *    FIN, and reads whatever arrives until the peer's FIN or an error:
+ *    the shim's frames are dropped, and an application byte resets the
+ *    socket, as the kernel does for bytes that reach a closed socket. Short of that it keeps the socket while our send queue
  *    (SIOCOUTQ) still moves, since a reset would discard it; gives it up
  *    once the queue stood still for the kernel's tcp_fin_timeout, or 2 s
  *    after it emptied. Then it closes the duplicate. The application's
@@ -26,7 +27,23 @@
 #ifndef R2S_REAPER_H
 #define R2S_REAPER_H
 
-int r2s__reaper_adopt(int fd);
+#include <sys/types.h>
+
+/* How the reaper reads a socket whose peer may still send the shim's
+ * frames (the link's state goes on with it): read() returns > 0 when an
+ * application byte of the peer's arrived after the close (the socket is
+ * then reset, as TCP answers bytes that reach a closed socket), 0 at the
+ * end of the stream or an error, -EAGAIN while nothing more can be told.
+ * release() once the socket is done with, from the reaper's thread and
+ * outside its lock. With no reader, every byte is dropped. */
+typedef struct r2s_reap_reader_s {
+  ssize_t (*read)(void *arg, int fd);
+  void (*release)(void *arg);
+  void *arg;
+} r2s_reap_reader_t;
+
+/* rd may be NULL; when adopt fails, rd->release is not called. */
+int r2s__reaper_adopt(int fd, const r2s_reap_reader_t *rd);
 void r2s__reaper_fork_child(void);
 
 /* At exit: gives the sockets being finished up to ms milliseconds, then

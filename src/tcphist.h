@@ -17,4 +17,12 @@
 
 bool r2s__tcp_never_sent(int fd);
 
+/* For a reader standing at an urgent mark (SIOCATMARK 1, SO_OOBINLINE
+ * off): 1 if the mark is the first byte of the stream, 0 if bytes came
+ * before it, -errno if the kernel cannot say (no TCP_INFO byte counts, a
+ * reset socket). The reader's own count cannot tell: an urgent byte that
+ * comes while the reader stands at an older one makes the kernel step
+ * over the older one, unread. It changes nothing on the socket. */
+int r2s__tcp_mark_at_start(int fd);
+
 #endif

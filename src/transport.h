@@ -115,6 +115,12 @@ typedef struct r2s_transport_s {
   /* This end will write no more: the peer reads end of stream after the
    * bytes already in its ring. */
   void (*close_tx)(r2s_tp_state_t *st);
+  /* Optional (NULL: the peer learns of the end from TCP alone): this
+   * end's application closed the connection and reads no more, as the
+   * kernel's close does for a socket; from then on the peer's space() and
+   * put() fail with -EPIPE. Called only by a process that holds the
+   * connection alone (not shared by fork). */
+  void (*close_rx)(r2s_tp_state_t *st);
   /* Returns once every byte put (and close_tx) is in the peer's ring, or
    * after a bounded wait: the link calls it before the kernel sends our
    * FIN, which must not overtake them. */

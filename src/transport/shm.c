@@ -507,6 +507,11 @@ static void shm_close_tx(r2s_tp_state_t *st)
   if (st->attached) __atomic_store_n(&st->peer.ctl->producer_closed, 1, __ATOMIC_RELEASE);
 }
 
+static void shm_close_rx(r2s_tp_state_t *st)
+{
+  __atomic_store_n(&st->own.ctl->consumer_closed, 1, __ATOMIC_RELEASE);
+}
+
 static void shm_flush(r2s_tp_state_t *st)
 {
   (void)st; /* a put is in the peer's ring when it returns */
@@ -547,6 +552,7 @@ const r2s_transport_t r2s__transport_shm = {
     .peer_shares_cpu = shm_peer_shares_cpu,
     .peer_tx_closed = shm_peer_tx_closed,
     .close_tx = shm_close_tx,
+    .close_rx = shm_close_rx,
     .flush = shm_flush,
     .release = shm_release,
 };
