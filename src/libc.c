@@ -65,6 +65,18 @@ int r2s__sock_ino(int fd, ino_t *ino)
   return 0;
 }
 
+int r2s__keep_fd(int fd, ino_t *ino)
+{
+  int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
+  if (dup < 0) return -errno;
+  int err = r2s__sock_ino(dup, ino);
+  if (err < 0) {
+    r2s__libc.close(dup);
+    return err;
+  }
+  return dup;
+}
+
 bool r2s__still_sock(int fd, ino_t ino)
 {
   struct stat sb;

@@ -116,5 +116,9 @@ int r2s__fstat_raw(int fd, struct stat *sb);
  * shuts down or closes one of the application's files. */
 int r2s__sock_ino(int fd, ino_t *ino);
 bool r2s__still_sock(int fd, ino_t ino);
+/* Such a descriptor: a close-on-exec duplicate of fd at 512 or above,
+ * with its inode in *ino; -errno if either fails (nothing is left open).
+ * fd itself stays open. */
+int r2s__keep_fd(int fd, ino_t *ino);
 
 #endif

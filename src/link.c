@@ -1702,8 +1702,10 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       }
       if (l->tx_state != R2S_TX_RING) continue; /* our PLAIN frame left: TCP from here */
       n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
-      if (n == 0) n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? gone_error(l, fd) : -EAGAIN;
-      if (n == -EPIPE) n = peer_closed_locked(l, fd, r2s__iov_total(iov, cnt));
+      if (n == -EPIPE)
+        n = peer_closed_locked(l, fd, r2s__iov_total(iov, cnt));
+      else if (n == 0)
+        n = __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE) ? gone_error(l, fd) : -EAGAIN;
       if (n > 0 && mv) mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
       if (n > 0 && TP(l)->take_peer_rx_sleeper(TPS(l))) send_doorbell_locked(l, fd);
       /* The ring cannot take more (shm: no room in /dev/shm for its

@@ -458,19 +458,6 @@ static void wake_close(ep_wake_t *w)
   w->rd = w->wr = -1;
 }
 
-/* fd moved to a number of the shim's (libc.h), close-on-exec; -1 on failure
- * (fd is closed either way). */
-static int high_fd(int fd, ino_t *ino)
-{
-  int h = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
-  r2s__libc.close(fd);
-  if (h >= 0 && r2s__sock_ino(h, ino) < 0) {
-    r2s__libc.close(h);
-    h = -1;
-  }
-  return h;
-}
-
 /* The set's wake-up, made and registered in epfd on first use; false if
  * it cannot be had (the wait then ends with its slice). r->lock held. */
 static bool wake_ready(ep_reg_t *r, int epfd)
@@ -480,7 +467,10 @@ static bool wake_ready(ep_reg_t *r, int epfd)
   wake_close(w);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) return false;
-  int wr = high_fd(sv[1], &w->wr_ino), rd = high_fd(sv[0], &w->rd_ino);
+  /* Kept at numbers of the shim's (libc.h); the originals go. */
+  int wr = r2s__keep_fd(sv[1], &w->wr_ino), rd = r2s__keep_fd(sv[0], &w->rd_ino);
+  r2s__libc.close(sv[0]);
+  r2s__libc.close(sv[1]);
   uint64_t key;
   if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key)
     key = (uint64_t)r2s__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)r;

@@ -145,14 +145,9 @@ static void *reaper_main(void *arg)
 int r2s__reaper_adopt(int fd, const r2s_reap_reader_t *rd)
 {
   if (r2s__sandboxed()) return -EPERM; /* no thread of ours there (sandbox.h) */
-  int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
-  if (dup < 0) return -errno;
   ino_t ino;
-  int err = r2s__sock_ino(dup, &ino);
-  if (err < 0) {
-    r2s__libc.close(dup);
-    return err;
-  }
+  int dup = r2s__keep_fd(fd, &ino);
+  if (dup < 0) return dup;
   pthread_mutex_lock(&lock);
   int rc = 0;
   if (!started) {
