@@ -21,10 +21,14 @@ R2S_EXPORT int close(int fd)
   r2s_conn_t *c = r2s__fd_remove(fd);
   /* The last fd of a connection the shim carries: control bytes still
    * queued must reach the kernel before it sends the FIN. */
-  if (c && c->link && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 && !r2s__conn_passthrough(c) &&
-      !(r2s__conn_flags(c) & R2S_CONN_FORKED)) {
+  bool last = c && c->link && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 &&
+              !(r2s__conn_flags(c) & R2S_CONN_FORKED);
+  if (last) {
     int saved = errno;
-    r2s__link_close(c->link, fd, !(r2s__conn_flags(c) & R2S_CONN_UNSEEN));
+    /* The socket may outlive fd in a descriptor of the shim's: not its
+     * epoll registrations (readiness.h). */
+    r2s__epoll_forget(fd, c);
+    if (!r2s__conn_passthrough(c)) r2s__link_close(c->link, fd, !(r2s__conn_flags(c) & R2S_CONN_UNSEEN));
     errno = saved;
   }
   int rc = r2s__libc.close(fd);

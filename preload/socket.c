@@ -69,9 +69,11 @@ static void accepted(r2s_conn_t *listener, int fd, int flags)
   if (listener || (!r2s__in_shim && (domain = r2s__fd_tcp_domain(fd)) >= 0)) {
     r2s_conn_t *c = track(fd, domain, R2S_ROLE_SERVER, flags & SOCK_NONBLOCK);
     if (c) {
-      /* Accepted sockets inherit the listener's SO_OOBINLINE. */
+      /* Accepted sockets inherit the listener's SO_OOBINLINE and
+       * SO_SNDBUF, as the kernel's do. */
       if (listener)
-        r2s__conn_set_flag(c, r2s__conn_flags(listener) & (R2S_CONN_APP_OOB | R2S_CONN_OOBINLINE), true);
+        r2s__conn_set_flag(c, r2s__conn_flags(listener) & (R2S_CONN_APP_OOB | R2S_CONN_OOBINLINE | R2S_CONN_SNDBUF),
+                           true);
       r2s__conn_established(c, fd);
       r2s__conn_put(c);
     }
@@ -197,6 +199,10 @@ R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
       c->sndtimeo_ms = timeval_ms(val, len);
     else if (name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val) {
       r2s__conn_app_oob(c, fd);
+    } else if (name == SO_SNDBUF || name == SO_SNDBUFFORCE || name == SO_RCVBUF || name == SO_RCVBUFFORCE) {
+      bool snd = name == SO_SNDBUF || name == SO_SNDBUFFORCE;
+      if (snd) r2s__conn_set_flag(c, R2S_CONN_SNDBUF, true);
+      if ((l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE))) r2s__link_sized_buffers(l, fd, snd);
     }
   }
   wrap_put(c);

@@ -363,6 +363,9 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
   l->on_upgrade = on_upgrade;
   l->on_upgrade_arg = c;
   __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
+  /* After the link is public: a setsockopt racing with this tells the link
+   * itself, or left its flag for this. */
+  if (r2s__conn_flags(c) & R2S_CONN_SNDBUF) __atomic_store_n(&l->app_sndbuf, true, __ATOMIC_RELAXED);
   r2s__debug("conn %" PRIu32 " fd %d established, hello sent", c->id, fd);
 }
 

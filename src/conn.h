@@ -66,6 +66,8 @@ typedef enum {
 #define R2S_CONN_OOBINLINE   0x20u /* ... and set SO_OOBINLINE */
 #define R2S_CONN_FORKED      0x40u /* shared with another process since a fork() */
 #define R2S_CONN_UNSEEN      0x80u /* inherited (fork child, exec): not in this account until it moves bytes */
+#define R2S_CONN_SNDBUF      0x100u /* the application set SO_SNDBUF (link.h, r2s__link_sized_buffers) */
+#define R2S_CONN_EPOLLED     0x200u /* added to an epoll set once (readiness.h, r2s__epoll_forget) */
 
 typedef struct r2s_conn_s r2s_conn_t;
 typedef struct r2s_link_s r2s_link_t;

@@ -16,6 +16,7 @@
 #include "libc.h"
 #include "log.h"
 #include "options.h"
+#include "readiness.h"
 #include "reaper.h"
 #include "sandbox.h"
 #include "stats.h"
@@ -35,15 +36,18 @@ static void fork_prepare(void)
 {
   r2s__conn_fork_prepare();
   r2s__statseg_fork_prepare();
+  r2s__epoll_fork_prepare();
 }
 static void fork_parent(void)
 {
+  r2s__epoll_fork_done();
   r2s__statseg_fork_parent();
   r2s__conn_fork_parent();
   R2S_STAT_INC(forks);
 }
 static void fork_child(void)
 {
+  r2s__epoll_fork_done();
   r2s__statseg_fork_child();
   r2s__stats_reset(); /* the child's account starts empty */
   r2s__reaper_fork_child();

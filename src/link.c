@@ -833,6 +833,25 @@ static int kernel_tcp_opt(int fd, int name)
   return r2s__libc.getsockopt(fd, IPPROTO_TCP, name, &v, &len) == 0 && v != 0;
 }
 
+/* Tells the transport the socket's buffer sizes (transport.h,
+ * size_buffers): the send buffer only if the application chose it, the
+ * kernel's tuning being no bound the ring should copy. */
+static void size_buffers(r2s_link_t *l, const r2s_transport_t *tp, r2s_tp_state_t *st, int fd)
+{
+  if (!tp->size_buffers) return;
+  int snd = __atomic_load_n(&l->app_sndbuf, __ATOMIC_RELAXED) ? r2s__sockopt_int(fd, SO_SNDBUF) : 0;
+  int rcv = r2s__sockopt_int(fd, SO_RCVBUF);
+  tp->size_buffers(st, snd > 0 ? (uint32_t)snd : 0, rcv > 0 ? (uint32_t)rcv : 0);
+}
+
+void r2s__link_sized_buffers(r2s_link_t *l, int fd, bool sndbuf)
+{
+  if (sndbuf) __atomic_store_n(&l->app_sndbuf, true, __ATOMIC_RELAXED);
+  /* tps, once set, stays until the link is freed; the sizes are atomic. */
+  r2s_tp_state_t *st = __atomic_load_n(&l->tps, __ATOMIC_ACQUIRE);
+  if (st) size_buffers(l, __atomic_load_n(&l->tp, __ATOMIC_ACQUIRE), st, fd);
+}
+
 /* Sends the switch mark and our HANDSHAKE (with our receive ring); tx_lock
  * held, state PROBE. On failure to offer a ring the direction stays plain. */
 static int switch_tx(r2s_link_t *l, int fd)
@@ -876,6 +895,7 @@ static int switch_tx(r2s_link_t *l, int fd)
    * another thread's wait) that sees tps calls through tp. */
   __atomic_store_n(&l->tp, tp, __ATOMIC_RELEASE);
   __atomic_store_n(&l->tps, st, __ATOMIC_RELEASE);
+  size_buffers(l, tp, st, fd);
   queue_ctrl(l, frame, (size_t)len);
   __atomic_store_n(&l->framed_at, r2s__now_ns(), __ATOMIC_RELAXED);
   set_tx(l, R2S_TX_FRAMES);
@@ -1619,13 +1639,32 @@ static ssize_t gone_error(r2s_link_t *l, int fd)
  * closed (close_rx). Bytes TCP sends to a closed socket are answered with
  * a reset, which ends every later call; the write that sent them, made
  * before the reset could come back, succeeded. So does the first write
- * here (its bytes are lost, as TCP's), unless the kernel already has a
- * reset (the peer closed with bytes unread). tx_lock held. */
+ * here (its bytes are lost, as TCP's), unless the close itself was a
+ * reset: the kernel has it already, or the peer left bytes of ours unread
+ * in its ring, which makes its close one (r2s__link_close), whose reset
+ * is then on its way. tx_lock held; returns RETRY having dropped it to
+ * wait for that reset. */
+#define RESET_WAIT_MS 50
 static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
 {
   struct pollfd p = {fd, 0, 0};
   (void)r2s__libc.poll(&p, 1, 0);
-  if ((p.revents & POLLERR) || __atomic_exchange_n(&l->peer_gone, 1, __ATOMIC_ACQ_REL)) return gone_error(l, fd);
+  if ((p.revents & POLLERR) || __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
+    return gone_error(l, fd);
+  }
+  bool reset = TP(l)->unread && TP(l)->unread(TPS(l)) > 0;
+  if (reset && !l->reset_awaited) {
+    /* The peer's kernel sends it right after the close: the error the
+     * application gets is then the kernel's, reported once, as on TCP. */
+    l->reset_awaited = true;
+    pthread_mutex_unlock(&l->tx_lock);
+    (void)r2s__libc.poll(&p, 1, RESET_WAIT_MS);
+    pthread_mutex_lock(&l->tx_lock);
+    return RETRY;
+  }
+  __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
+  if (reset) return -ECONNRESET;
   return len ? (ssize_t)len : -EPIPE;
 }
 

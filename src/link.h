@@ -78,6 +78,7 @@ struct r2s_link_s {
   int pump_due;      /* atomic: TCP may hold frames for us (see pump_is_due) */
   uint32_t idle_looks;
   int peer_gone;     /* atomic: the peer's socket answered with a reset */
+  bool reset_awaited; /* its close left our bytes unread: its reset was waited for (tx_lock) */
   bool eof_probed;   /* a frame went out to test a peer that sent its FIN */
   int64_t alive_checked_at; /* atomic: r2s__now_ns() of the last check_peer_alive */
   uint32_t bells_read;      /* atomic: DOORBELL frames read, by any thread */
@@ -120,6 +121,7 @@ struct r2s_link_s {
   bool ready_owed;   /* READY still to be sent */
   bool hello_owed;   /* accepted: our hello waits for the peer's (greet_locked) */
   bool inherited;    /* made for a socket inherited across exec untouched: others may hold it */
+  bool app_sndbuf;   /* atomic: the application set SO_SNDBUF (here or on its listener) */
 
   /* the transport both directions use once agreed */
   const r2s_transport_t *tp;
@@ -322,6 +324,11 @@ int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v);
 /* The application's value of TCP_NODELAY or TCP_CORK while it is kept
  * aside (0 or 1), else -1: the kernel's own answer stands. */
 int r2s__link_tcp_opt(r2s_link_t *l, int name);
+
+/* The application set SO_SNDBUF (sndbuf) or SO_RCVBUF on fd, or had set
+ * it before the link existed (on the socket or its listener): the rings
+ * honour the sizes as TCP does (transport.h, size_buffers). */
+void r2s__link_sized_buffers(r2s_link_t *l, int fd, bool sndbuf);
 
 /* The path each direction's application bytes take now (r2s_path_t), for
  * the stats' path field; the byte counts use r2s_link_moved_t. */

@@ -421,6 +421,36 @@ static inline bool same_conn(const ep_entry_t *e, const r2s_conn_t *c)
 static ep_reg_t **regs;
 static pthread_once_t regs_once = PTHREAD_ONCE_INIT;
 
+/* The epoll fds that have a registry, for r2s__epoll_forget (a process has
+ * few). sets_lock also keeps a registry from being freed while forget
+ * looks at it. Lock order: sets_lock, then a registry's lock. */
+static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
+static int *sets;
+static unsigned nsets, sets_cap;
+
+/* fork() copies the list whole: never in the middle of a change. */
+void r2s__epoll_fork_prepare(void)
+{
+  pthread_mutex_lock(&sets_lock);
+}
+void r2s__epoll_fork_done(void)
+{
+  pthread_mutex_unlock(&sets_lock);
+}
+
+static void sets_add(int epfd)
+{
+  pthread_mutex_lock(&sets_lock);
+  if (nsets == sets_cap) {
+    unsigned cap = sets_cap ? sets_cap * 2 : 8;
+    int *v = realloc(sets, cap * sizeof *v);
+    if (v) sets = v, sets_cap = cap;
+  }
+  /* Out of memory: the set is not looked at by forget, as before it. */
+  if (nsets < sets_cap) sets[nsets++] = epfd;
+  pthread_mutex_unlock(&sets_lock);
+}
+
 static void regs_init(void)
 {
   size_t len = (size_t)r2s__fd_cap * sizeof *regs;
@@ -443,6 +473,8 @@ static ep_reg_t *reg_of(int epfd, bool create)
   if (!__atomic_compare_exchange_n(&regs[epfd], &expected, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     free(r);
     r = expected;
+  } else {
+    sets_add(epfd);
   }
   return r;
 }
@@ -524,7 +556,11 @@ void r2s__epoll_closed(int fd)
   if (!__atomic_load_n(&regs, __ATOMIC_ACQUIRE) || fd < 0 || (unsigned)fd >= r2s__fd_cap ||
       !__atomic_load_n(&regs[fd], __ATOMIC_ACQUIRE))
     return;
+  pthread_mutex_lock(&sets_lock);
   ep_reg_t *r = __atomic_exchange_n(&regs[fd], NULL, __ATOMIC_ACQ_REL);
+  for (unsigned i = 0; r && i < nsets; i++)
+    if (sets[i] == fd) sets[i--] = sets[--nsets];
+  pthread_mutex_unlock(&sets_lock);
   if (!r) return;
   /* A wait still running on this epoll fd in another thread would be the
    * application's own use-after-close; the registry goes with the fd. */
@@ -532,6 +568,34 @@ void r2s__epoll_closed(int fd)
   pthread_mutex_destroy(&r->lock);
   free(r->v);
   free(r);
+}
+
+/* The kernel drops a socket from the epoll sets it is in once its last
+ * descriptor closes, and an application that closes without
+ * EPOLL_CTL_DEL (haproxy) relies on that. A carried connection's socket
+ * outlives the application's close in a descriptor of the shim's (the
+ * reaper's, an RDMA transport's), and with it the registrations: its
+ * events (the peer's end, above all) would be reported under the old
+ * number, to whatever connection the application has there now. So the
+ * application's last close of a connection takes it out of every set the
+ * shim saw it added to, first. */
+void r2s__epoll_forget(int fd, r2s_conn_t *c)
+{
+  if (!(r2s__conn_flags(c) & R2S_CONN_EPOLLED)) return;
+  pthread_mutex_lock(&sets_lock);
+  for (unsigned k = 0; k < nsets; k++) {
+    ep_reg_t *r = __atomic_load_n(&regs[sets[k]], __ATOMIC_ACQUIRE);
+    if (!r) continue;
+    pthread_mutex_lock(&r->lock);
+    for (unsigned i = 0; i < r->n; i++) {
+      if (r->v[i].fd != fd || !same_conn(&r->v[i], c)) continue;
+      (void)r2s__libc.epoll_ctl(sets[k], EPOLL_CTL_DEL, fd, NULL);
+      r->v[i] = r->v[--r->n];
+      break;
+    }
+    pthread_mutex_unlock(&r->lock);
+  }
+  pthread_mutex_unlock(&sets_lock);
 }
 
 void r2s__epoll_created(int epfd)
@@ -568,6 +632,7 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
           i = r->n; /* out of memory: the kernel's answer stands for it */
       }
       if (i < r->n) r->v[i] = (ep_entry_t){.fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c, .conn_id = c->id};
+      if (i < r->n) r2s__conn_set_flag(c, R2S_CONN_EPOLLED, true);
     }
     pthread_mutex_unlock(&r->lock);
   }

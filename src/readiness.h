@@ -26,8 +26,8 @@
  *    ring already answers the registration wakes the threads asleep on the
  *    set: the shim's own wake-up socket (at 512 and up) is registered in
  *    the set under a random key, made readable, and never reported.
- *    Lock order: a set's registry lock, then a link's locks (r2s__link_poll
- *    only tries them).
+ *    Lock order: the list of sets (r2s__epoll_forget), a set's registry
+ *    lock, then a link's locks (r2s__link_poll only tries them).
  *  - All functions return a count or -errno and preserve the caller's
  *    pollfd/event arrays' meaning exactly as the kernel defines it.
  */
@@ -51,6 +51,16 @@ void r2s__epoll_created(int epfd);
 /* fd is being closed: if it was an epoll fd, its registrations go too. */
 void r2s__epoll_closed(int fd);
 void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *ev);
+/* The application closes fd, the last descriptor of connection c (a
+ * socket the shim may keep open in a descriptor of its own): fd leaves
+ * every epoll set it was added to, as the kernel's close would take it
+ * out (readiness.c says why). Nothing for a connection never added. */
+typedef struct r2s_conn_s r2s_conn_t;
+void r2s__epoll_forget(int fd, r2s_conn_t *c);
+/* pthread_atfork: prepare before fork, done after it in parent and child
+ * (taken last, after the connections' and statistics' locks). */
+void r2s__epoll_fork_prepare(void);
+void r2s__epoll_fork_done(void);
 /* Returns -ENOENT when nothing of the shim's is registered in epfd: the
  * caller then asks the kernel directly. */
 int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask);

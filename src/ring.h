@@ -26,6 +26,10 @@
  *    unknown), the other side reads it to tell whether its peer shares its
  *    CPU. A scheduling hint only, refreshed by every wake-up: any value,
  *    stale or hostile, is safe.
+ *  - consumer_rcvbuf: the reader's SO_RCVBUF, for a producer whose
+ *    application sized its send buffer (transport.h, size_buffers). A
+ *    bound on how far the producer runs ahead, never an index: any value,
+ *    stale or hostile, is safe.
  *  - r2s_ring_t is the local, private view; only *ctl and *data are shared.
  */
 #ifndef R2S_RING_H
@@ -54,8 +58,12 @@ typedef struct r2s_ring_ctl_s {
   uint64_t consumer_sleep_at; /* RDMA: the head at which the consumer went to sleep */
   uint32_t consumer_woke_on;  /* shm: 1 + the CPU the consumer was on when it woke the producer */
   uint32_t consumer_recvs;    /* RDMA: receives the consumer reposted for the producer's immediates (mod 2^32) */
-  uint8_t pad1[64 - 32];
+  uint32_t consumer_rcvbuf;   /* shm: the consumer's socket receive buffer (SO_RCVBUF), 0: not said */
+  uint8_t pad1[64 - 36];
 } r2s_ring_ctl_t;
+/* Both ends address these: they are protocol (docs/protocol.md). */
+_Static_assert(offsetof(r2s_ring_ctl_t, consumer_rcvbuf) == 96 && sizeof(r2s_ring_ctl_t) == 128,
+               "the ring control page's layout");
 
 typedef struct r2s_ring_s {
   r2s_ring_ctl_t *ctl;

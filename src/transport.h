@@ -97,9 +97,24 @@ typedef struct r2s_transport_s {
   ssize_t (*avail)(r2s_tp_state_t *st);
   ssize_t (*get)(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek);
 
+  /* Optional (NULL: 0): bytes this end put into the peer's ring that the
+   * peer has not taken, as its last published head says (the peer's
+   * close_rx with bytes unread is a reset, as TCP's close). */
+  uint64_t (*unread)(r2s_tp_state_t *st);
   /* bytes this end ever put into the peer's ring / took from its own */
   uint64_t (*produced)(r2s_tp_state_t *st);
   uint64_t (*consumed)(r2s_tp_state_t *st);
+
+  /* Optional (NULL: the ring alone bounds what a writer has in flight):
+   * the socket's buffer sizes as the kernel reports them. sndbuf is 0
+   * unless the application set SO_SNDBUF: then, as over TCP, the bytes
+   * this end put into the peer's ring and the peer has not read stay
+   * within that send buffer plus the peer's receive buffer, and a writer
+   * blocks (or gets EAGAIN) once they reach it, where a test or a program
+   * that sized its buffers to see back-pressure expects it. rcvbuf is
+   * published for the peer's producer. Called after offer() and whenever
+   * the application sets either; any thread, never blocks. */
+  void (*size_buffers)(r2s_tp_state_t *st, uint32_t sndbuf, uint32_t rcvbuf);
 
   /* wake-ups (see above) */
   void (*sleep_rx)(r2s_tp_state_t *st, bool on);    /* waiting for bytes */

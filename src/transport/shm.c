@@ -59,6 +59,9 @@ struct r2s_tp_state_s {
   bool handed;
   dev_t handed_dev;
   ino_t handed_ino;
+  /* The application's SO_SNDBUF as the kernel reports it (0: not set),
+   * atomic: see tx_limit. */
+  uint32_t sndbuf;
 };
 
 #define NAME_PREFIX "/r2s-"
@@ -339,22 +342,45 @@ static int shm_fetched(r2s_tp_state_t *st, const r2s_handshake_t *peer, const ui
   return rc ? rc : take_peer_ring(st, mem, size);
 }
 
-/* Writable, as the kernel tells it for a TCP socket: once at least a third
- * of the ring is free (free >= queued / 2, tcp_poll's rule), not at every
- * byte the reader takes. A writer that outruns its reader then waits for a
- * stretch of room and fills it in one go, instead of trading each KiB with
- * the reader through the shared lines (and waking for each). put() still
- * writes whatever fits. */
-static uint64_t writable_min(const r2s_ring_t *r)
+/* How many bytes we may have in the peer's ring unread: the ring, unless
+ * the application sized its send buffer; then what TCP lets it have in
+ * flight, its send buffer plus the reader's receive buffer (transport.h,
+ * size_buffers). A send buffer the kernel tunes grows to megabytes, more
+ * than a ring, so only one the application set bounds anything; a reader
+ * that published nothing (an older end) leaves the ring as the bound. */
+static uint64_t tx_limit(r2s_tp_state_t *st)
 {
-  return r->size / 3;
+  uint64_t snd = __atomic_load_n(&st->sndbuf, __ATOMIC_RELAXED);
+  uint64_t rcv = __atomic_load_n(&st->peer.ctl->consumer_rcvbuf, __ATOMIC_RELAXED);
+  if (!snd || !rcv || snd + rcv >= st->peer.size) return st->peer.size;
+  return snd + rcv;
+}
+
+/* Writable, as the kernel tells it for a TCP socket: once at least a third
+ * of what we may have in flight is free (free >= queued / 2, tcp_poll's
+ * rule), not at every byte the reader takes. A writer that outruns its
+ * reader then waits for a stretch of room and fills it in one go, instead
+ * of trading each KiB with the reader through the shared lines (and
+ * waking for each). put() still writes whatever fits. */
+static uint64_t writable_min(uint64_t limit)
+{
+  return limit / 3;
+}
+
+/* Room for our writes under the limit, from the ring's free bytes. */
+static ssize_t room_under(uint64_t limit, uint64_t size, ssize_t free)
+{
+  if (free < 0) return free;
+  uint64_t queued = size - (uint64_t)free;
+  return queued >= limit ? 0 : (ssize_t)(limit - queued);
 }
 
 static ssize_t shm_space(r2s_tp_state_t *st)
 {
   if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
-  ssize_t sp = r2s__ring_space(&st->peer);
-  return sp >= 0 && (uint64_t)sp < writable_min(&st->peer) ? 0 : sp;
+  uint64_t limit = tx_limit(st);
+  ssize_t sp = room_under(limit, st->peer.size, r2s__ring_space(&st->peer));
+  return sp >= 0 && (uint64_t)sp < writable_min(limit) ? 0 : sp;
 }
 
 /* Before our writes go past the reserved part of the peer's ring: the
@@ -382,6 +408,12 @@ static ssize_t backed_room(r2s_tp_state_t *st, size_t want)
 static ssize_t shm_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
 {
   if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
+  uint64_t limit = tx_limit(st);
+  if (limit < st->peer.size) {
+    ssize_t room = room_under(limit, st->peer.size, r2s__ring_space(&st->peer));
+    if (room <= 0) return room;
+    if ((size_t)room < max) max = (size_t)room;
+  }
   ssize_t n = backed_room(st, max);
   return n < 0 ? n : r2s__ring_put(&st->peer, iov, cnt, skip, (size_t)n);
 }
@@ -418,6 +450,15 @@ static uint64_t shm_produced(r2s_tp_state_t *st)
   return st->attached ? st->peer.tail : 0;
 }
 
+/* The head as the peer last published it; one beyond our tail (a broken
+ * peer) counts as nothing unread. */
+static uint64_t shm_unread(r2s_tp_state_t *st)
+{
+  if (!st->attached) return 0;
+  uint64_t head = __atomic_load_n(&st->peer.ctl->head, __ATOMIC_ACQUIRE);
+  return head - st->peer.head <= st->peer.tail - st->peer.head ? st->peer.tail - head : 0;
+}
+
 static uint64_t shm_consumed(r2s_tp_state_t *st)
 {
   return st->own.head;
@@ -452,13 +493,14 @@ static void shm_sleep_rx(r2s_tp_state_t *st, bool on)
   if (!on) yield_to_waker(&st->own.ctl->producer_woke_on);
 }
 
-/* A sleeping producer's word holds the free bytes it waits for (at least
- * 1): the consumer rings only once that much is free. A peer that writes
- * just 1 (any room) or rings at any room on seeing a nonzero word is served
- * correctly too, only more often. */
+/* A sleeping producer's word holds the free bytes of the ring it waits for
+ * (at least 1): the consumer rings only once that much is free. A peer
+ * that writes just 1 (any room) or rings at any room on seeing a nonzero
+ * word is served correctly too, only more often. Under a limit below the
+ * ring, the bytes beyond it count as never free. */
 static void shm_sleep_tx(r2s_tp_state_t *st, bool on)
 {
-  uint64_t want = writable_min(&st->peer);
+  uint64_t limit = tx_limit(st), want = st->peer.size - limit + writable_min(limit);
   __atomic_store_n(&st->peer.ctl->producer_sleeping, on ? (uint32_t)(want ? want : 1) : 0, __ATOMIC_SEQ_CST);
   if (!on) yield_to_waker(&st->peer.ctl->consumer_woke_on);
 }
@@ -495,6 +537,12 @@ static bool shm_peer_shares_cpu(r2s_tp_state_t *st)
   return cpu && (__atomic_load_n(&st->own.ctl->producer_woke_on, __ATOMIC_RELAXED) == cpu ||
                  (__atomic_load_n(&st->attached, __ATOMIC_ACQUIRE) &&
                   __atomic_load_n(&st->peer.ctl->consumer_woke_on, __ATOMIC_RELAXED) == cpu));
+}
+
+static void shm_size_buffers(r2s_tp_state_t *st, uint32_t sndbuf, uint32_t rcvbuf)
+{
+  __atomic_store_n(&st->sndbuf, sndbuf, __ATOMIC_RELAXED);
+  __atomic_store_n(&st->own.ctl->consumer_rcvbuf, rcvbuf, __ATOMIC_RELAXED);
 }
 
 static bool shm_peer_tx_closed(r2s_tp_state_t *st)
@@ -543,8 +591,10 @@ const r2s_transport_t r2s__transport_shm = {
     .put = shm_put,
     .avail = shm_avail,
     .get = shm_get,
+    .unread = shm_unread,
     .produced = shm_produced,
     .consumed = shm_consumed,
+    .size_buffers = shm_size_buffers,
     .sleep_rx = shm_sleep_rx,
     .sleep_tx = shm_sleep_tx,
     .take_peer_rx_sleeper = shm_take_peer_rx_sleeper,

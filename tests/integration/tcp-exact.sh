@@ -22,6 +22,12 @@
 #   epoll-add-ready:   a connection whose request is in, added to (or
 #                      enabled in) an epoll set another thread already waits
 #                      on: the waiter wakes with EPOLLIN within 1 s
+#   epoll-after-close: a connection closed without EPOLL_CTL_DEL leaves the
+#                      epoll set: nothing of it is reported, not even to a
+#                      new connection on its descriptor number
+#   buffer-sizes:      SO_SNDBUF and SO_RCVBUF the application set bound
+#                      what a writer has in flight, as TCP's do, and a
+#                      writer blocked on them fails when its reader closes
 # The cases are races as much as states: each runs 6 rounds (epoll-add-ready
 # 8), alternating blocking sockets and socket timeouts. Under the shim with
 # upgrades (shm variant) they run twice, with the variant's R2SOCK_UPGRADE
@@ -29,7 +35,7 @@
 # policy that failed. The connections are short or end in resets: their
 # bytes need not go through shared memory; where a case depends on the path,
 # the path is asserted from the stats.
-#   usage: tcp-exact.sh writer-reset|data-before-reset|oobinline-hello|oob-signalled|write-after-close|epoll-add-ready
+#   usage: tcp-exact.sh writer-reset|data-before-reset|oobinline-hello|oob-signalled|write-after-close|epoll-add-ready|epoll-after-close|buffer-sizes
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
@@ -39,8 +45,9 @@ r2s_python
 PEER=$(dirname "$0")/tcp_exact_peer.py
 CASE=${1:?usage: tcp-exact.sh CASE (see above)}
 case $CASE in
-  writer-reset | data-before-reset | oobinline-hello | oob-signalled | write-after-close) ROUNDS=6 ;;
+  writer-reset | data-before-reset | oobinline-hello | oob-signalled | write-after-close | epoll-after-close) ROUNDS=6 ;;
   epoll-add-ready) ROUNDS=8 ;;
+  buffer-sizes) ROUNDS=4 ;;
   *) fail "unknown case '$CASE'" ;;
 esac
 
@@ -112,6 +119,9 @@ check_stats conns=$conns procs=${#policies[@]}
 #   epoll-add-ready: 4 answers of 32 KiB pass the default's 64 KiB, so under
 #     either policy every end is on shared memory: the last request is in a
 #     ring when the connection is added;
+#   buffer-sizes, epoll-after-close: 96 KiB each way first, so under either
+#     policy every end is on shared memory (the rings honour the sizes; a
+#     carried socket outlives its close in the shim's descriptors);
 #   writer-reset (now): some writers (a third to a half seen) send into a
 #     ring before the reader closes: the reset is met behind one;
 #   data-before-reset (default): 25-byte connections stay on TCP: the reset
@@ -122,7 +132,7 @@ if [[ -n $R2SOCK_LIB ]]; then
     seen=$(STATS=$TMP/$policy.stats stats_sum conn_seen)
     case $CASE:$policy in
       *:never) ;;
-      epoll-add-ready:*)
+      epoll-add-ready:* | buffer-sizes:* | epoll-after-close:*)
         ((shm == seen)) ||
           fail "$policy: expected every connection end on shared memory, saw conn_shm=$shm of conn_seen=$seen" ;;
       writer-reset:default) ;;

@@ -43,6 +43,22 @@ epoll itself, alternates when the urgent byte leaves instead). The cases:
         byte a millisecond: the first write succeeds (the closed peer
         answers it with a reset), and a later one fails with EPIPE or
         ECONNRESET, at write WRITE_ERROR_BY at the latest.
+  buffer-sizes  Buffers the application sized (SO_SNDBUF after connect,
+        SO_RCVBUF on the listener, as test_asyncio's sendfile tests do)
+        bound what a writer has in flight, after WARMUP bytes each way: a
+        nonblocking writer whose reader does not read gets EAGAIN within
+        BOTH_MAX bytes with both at BUF ("both"), within SNDBUF_MAX with
+        only its own ("sndbuf"), and the reader then reads every byte as
+        sent; a blocking writer of CLOSE_DATA bytes whose reader takes 1 KiB
+        and closes fails with ECONNRESET or EPIPE ("close"), having had no
+        room for them all.
+  epoll-after-close  A connection in an epoll set (EPOLLIN|EPOLLRDHUP),
+        past WARMUP bytes each way, is closed by the application without
+        EPOLL_CTL_DEL (haproxy's way): the kernel drops it from the set. A
+        new connection then takes its descriptor number (either end) and
+        is added; the old one's peer closes, the new one's stays silent: an
+        epoll_wait of AFTER_CLOSE_WAIT s reports nothing ("reuse"; where
+        the number differs, the same without the new connection).
   epoll-add-ready  A keep-alive connection after KEEPALIVE exchanges: the
         client sends the next request, then the server adds the connection
         to an epoll set that another thread already waits on (EPOLL_CTL_ADD
@@ -75,6 +91,12 @@ WRITES = 50            # write-after-close: writes made at most
 ADD_WAIT = 3.0         # epoll-add-ready: the waiter's timeout
 ADD_WAKE = 1.0         # epoll-add-ready: its wake-up after the ADD/MOD
 KEEPALIVE = 4          # epoll-add-ready: exchanges before the last request
+AFTER_CLOSE_WAIT = 0.5 # epoll-after-close: the wait that must report nothing
+BUF = 4096             # buffer-sizes: SO_SNDBUF / SO_RCVBUF asked for
+WARMUP = 96 * 1024     # buffer-sizes: bytes each way first (past the default policy's 64 KiB)
+CLOSE_DATA = 256 * 1024 + 1  # buffer-sizes: the close variant's writer (test_asyncio's file)
+BOTH_MAX = 64 * 1024   # buffer-sizes: in flight at most, both buffers at BUF (plain: 12 KiB seen)
+SNDBUF_MAX = 320 * 1024  # ... only the writer's at BUF (plain: 176 KiB seen; a shm ring holds 512 KiB)
 
 REQUEST = b"GET /index.html HTTP/1.0\n"   # 25 bytes
 GREETING = b"220 ready\r\n"
@@ -728,6 +750,169 @@ def epoll_add_one(rnd, lst, variant):
             if k in conn:
                 conn[k].close()
 
+# ---- buffer-sizes --------------------------------------------------------
+
+PATTERN = bytes(i % 251 for i in range(1 << 20))
+
+
+def pattern(off, n):
+    """n bytes of the stream at offset off (a period of 251: a byte lost,
+    doubled or moved shows)."""
+    off %= 251
+    return PATTERN[off:off + n]
+
+
+def warm_pair(accept, connect, how, sndbuf=0):
+    """A connection past WARMUP bytes each way (so past the default
+    policy's switch), its client's SO_SNDBUF set after connect if sndbuf:
+    (server end, client end)."""
+    conn = {}
+
+    def server(e):
+        e.step = "accept"
+        s = accept()
+        conn["s"] = s
+        e.step = f"reading the client's {WARMUP} bytes"
+        if read_upto(s, WARMUP) != pattern(0, WARMUP):
+            raise Mismatch(f"plain TCP gives the client's {WARMUP} bytes as sent ({how})")
+        e.step = f"sending {WARMUP} bytes"
+        s.sendall(pattern(0, WARMUP))
+
+    def client(e):
+        e.step = "connect"
+        c = connect()
+        conn["c"] = c
+        if sndbuf:
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        e.step = f"sending {WARMUP} bytes"
+        c.sendall(pattern(0, WARMUP))
+        e.step = f"reading the server's {WARMUP} bytes"
+        if read_upto(c, WARMUP) != pattern(0, WARMUP):
+            raise Mismatch(f"plain TCP gives the server's {WARMUP} bytes as sent ({how})")
+
+    try:
+        both(4 * STEP_BOUND, how, server=server, client=client)
+    except BaseException:
+        for k in ("s", "c"):
+            if k in conn:
+                conn[k].close()
+        raise
+    return conn["s"], conn["c"]
+
+
+def buffer_sizes(rnd, lst):
+    return "; ".join(buffer_one(rnd, lst, v) for v in ("both", "sndbuf", "close"))
+
+
+def buffer_one(rnd, lst, variant):
+    blocking = rnd % 2 == 1
+    how = f"{variant}, {mode_name(blocking)}"
+    own = Listener()
+    if variant != "sndbuf":
+        own.ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUF)
+    accept, connect = own.pair_fns(blocking)
+    s = c = None
+    try:
+        s, c = warm_pair(accept, connect, how, sndbuf=BUF)
+        lst.conns += 1
+        if variant == "close":
+            return buffer_close(s, c, how, blocking)
+        return buffer_in_flight(s, c, how, BOTH_MAX if variant == "both" else SNDBUF_MAX)
+    finally:
+        for k in (s, c):
+            if k is not None:
+                k.close()
+        own.ls.close()
+
+
+def buffer_in_flight(s, c, how, most):
+    """A nonblocking writer, its reader not reading: bytes until EAGAIN, and
+    still so after three looks a fifth of a second apart (TCP's ACKs may
+    free room a little later). Then the reader reads them all."""
+    c.setblocking(False)
+    sent, still = WARMUP, 0
+    plain = f"plain TCP takes at most {most} bytes with these buffers before the writer gets EAGAIN"
+    while still < 3:
+        try:
+            n = c.send(pattern(sent, 65536))
+            sent += n
+            still = 0
+        except BlockingIOError:
+            still += 1
+            select.select([], [c], [], 0.2)
+        if sent - WARMUP > most:
+            raise Mismatch(f"{plain} ({how}); seen {sent - WARMUP} bytes taken")
+    flight = sent - WARMUP
+    s.settimeout(STEP_BOUND)
+    got = read_upto(s, flight)
+    if got != pattern(WARMUP, flight):
+        raise Mismatch(f"plain TCP gives the reader the {flight} bytes the writer had in flight ({how}); seen"
+                       f" {len(got)} bytes that differ")
+    return f"{how.split(',')[0]} {flight} bytes in flight"
+
+
+def buffer_close(s, c, how, blocking):
+    """The reader takes 1 KiB and closes with the rest unread: the writer,
+    blocked for room, fails (as test_asyncio's
+    test_sendfile_close_peer_in_the_middle_of_receiving expects)."""
+    plain = (f"plain TCP has no room for {CLOSE_DATA} bytes with buffers of {BUF}: the writer blocks until the"
+             " reader closes, then fails with ECONNRESET or EPIPE")
+    state = {}
+
+    def reader(e):
+        e.step = "reading 1 KiB"
+        got = read_upto(s, 1024)
+        if got[:1024] != pattern(WARMUP, 1024)[:len(got[:1024])] or len(got) < 1024:
+            raise Mismatch(f"plain TCP gives the reader the writer's next bytes as sent ({how}); seen {len(got)}")
+        time.sleep(0.1)
+        e.step = "close"
+        s.close()
+
+    def writer(e):
+        e.step = f"sendall of {CLOSE_DATA} bytes ({plain})"
+        try:
+            c.sendall(pattern(WARMUP, CLOSE_DATA))
+        except (ConnectionResetError, BrokenPipeError) as err:
+            state["error"] = err.errno
+            return
+        raise Mismatch(f"{plain} ({how}); seen sendall() of all {CLOSE_DATA} bytes succeed")
+
+    both(2 * STEP_BOUND + WRITER_BOUND, how, reader=reader, writer=writer)
+    return f"close {os.strerror(state['error'])}"
+
+
+# ---- epoll-after-close ---------------------------------------------------
+
+def epoll_after_close(rnd, lst):
+    blocking = rnd % 2 == 1
+    how = mode_name(blocking)
+    accept, connect = lst.pair_fns(blocking)
+    ep = select.epoll()
+    socks = []
+    try:
+        s, c = warm_pair(accept, connect, how)
+        socks += [s, c]
+        old = s.fileno()
+        ep.register(old, select.EPOLLIN | select.EPOLLRDHUP)
+        s.close()
+        s2, c2 = warm_pair(accept, connect, how)
+        socks += [s2, c2]
+        reuse = old in (s2.fileno(), c2.fileno())
+        if reuse:
+            ep.register(old, select.EPOLLIN | select.EPOLLRDHUP)
+        c.close()  # the old connection's peer: its FIN (or reset) reaches a closed socket
+        got = ep.poll(AFTER_CLOSE_WAIT)
+        if got:
+            what = (f"the new connection on the same descriptor {old}, whose peer sent nothing" if reuse
+                    else f"a connection closed by the application (descriptor {old})")
+            raise Mismatch(f"plain TCP drops a closed socket from its epoll sets, so epoll_wait reports nothing"
+                           f" for {what} ({how}); seen {got!r}")
+        return "reuse" if reuse else "closed"
+    finally:
+        ep.close()
+        for k in socks:
+            k.close()
+
 
 CASES = {
     "writer-reset": writer_reset,
@@ -736,6 +921,8 @@ CASES = {
     "oob-signalled": oob_signalled,
     "write-after-close": write_after_close,
     "epoll-add-ready": epoll_add_ready,
+    "buffer-sizes": buffer_sizes,
+    "epoll-after-close": epoll_after_close,
 }
 
 
