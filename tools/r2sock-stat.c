@@ -2,13 +2,14 @@
  * r2sock-stat: live view of the processes running under r2sock, read from
  * their statistics segments (src/statseg_layout.h), like top.
  *
- *   r2sock-stat [-d SECS] [-n COUNT] [-p PID] [--once] [-c|--connections]
+ *   r2sock-stat [-d SECS] [-n COUNT] [-p PID] [--once] [-c|--connections] [--json|--prometheus]
  *
  * Default: the screen is cleared and redrawn every SECS (1) seconds, one line
  * per process; -c lists each connection. --once prints one snapshot without
- * clearing, with exact byte counts (for scripts). Rates are differences
- * between two refreshes, so the first screen has none. Segments of processes
- * that are gone are removed (when permitted).
+ * clearing, with exact byte counts (for scripts); --json and --prometheus
+ * print one snapshot for programs (tools/r2sock-stat-export.c). Rates are
+ * differences between two refreshes, so the first screen has none. Segments
+ * of processes that are gone are removed (when permitted).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -29,43 +30,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "statseg_layout.h"
+#include "r2sock-stat.h"
 
 #define READ_TRIES 1000 /* seqlock attempts per slot before it is shown as busy */
 
-static const char *const path_names[R2S_STATSEG_PATHS] = {"tcp", "shm", "rdma"};
+const char *const path_names[R2S_STATSEG_PATHS] = {"tcp", "shm", "rdma"};
 
 struct opts {
   double delay;
   long count; /* refreshes; <0: until interrupted */
   int pid;    /* 0: every process */
   bool once, conns;
-};
-
-/* One connection as read. */
-struct conn_snap {
-  uint32_t slot;
-  r2s_statslot_id_t id;
-  r2s_stat_ctr_t ctr;
-  uint64_t tx, rx; /* over all paths */
-};
-
-/* One process as read. */
-struct proc_snap {
-  int pid;
-  uint64_t start_ticks;
-  char program[33];
-  uint64_t tx, rx, waits, overflow; /* bytes: closed connections (header) + live slots */
-  unsigned by_path[R2S_STATSEG_PATHS], listeners, busy;
-  struct conn_snap *c;
-  unsigned nc;
-};
-
-struct snapshot {
-  struct proc_snap *p;
-  unsigned np;
-  unsigned hidden; /* segments of other users' processes */
-  double t; /* CLOCK_MONOTONIC seconds */
+  enum { REPORT_TEXT, REPORT_JSON, REPORT_PROMETHEUS } report;
 };
 
 static volatile sig_atomic_t stop;
@@ -103,16 +79,32 @@ static uint64_t proc_start_ticks(int pid)
   return state == 'Z' || state == 'X' ? 0 : v;
 }
 
-/* The value of the process counter `name` in the header, 0 if it has none. */
-static uint64_t header_stat(const r2s_statseg_hdr_t *h, const char *name)
+/* Copies the process counters and their names from the header: the names
+ * up to nstats (or as many as the list holds), each value a relaxed load.
+ * A name that repeats is kept once, with its first value (the shim never
+ * repeats one; reports must not list one twice). */
+static void read_stats(const r2s_statseg_hdr_t *h, struct proc_snap *ps)
 {
-  char names[sizeof h->stat_names + 1];
-  memcpy(names, h->stat_names, sizeof h->stat_names);
-  names[sizeof h->stat_names] = '\0';
+  memcpy(ps->stat_names, h->stat_names, sizeof h->stat_names);
+  ps->stat_names[sizeof h->stat_names] = '\0';
+  ps->nstats = 0;
   uint32_t i = 0;
-  for (char *save, *tok = strtok_r(names, " ", &save); tok && i < h->nstats && i < R2S_STATSEG_MAX_STATS;
-       tok = strtok_r(NULL, " ", &save), i++)
-    if (strcmp(tok, name) == 0) return __atomic_load_n(&h->stats[i], __ATOMIC_RELAXED);
+  char *save;
+  for (char *tok = strtok_r(ps->stat_names, " ", &save); tok && i < h->nstats && i < R2S_STATSEG_MAX_STATS;
+       tok = strtok_r(NULL, " ", &save), i++) {
+    bool seen = false;
+    for (unsigned k = 0; k < ps->nstats && !seen; k++) seen = strcmp(proc_stat_name(ps, k), tok) == 0;
+    if (seen) continue;
+    ps->stat_at[ps->nstats] = (uint16_t)(tok - ps->stat_names);
+    ps->stats[ps->nstats++] = __atomic_load_n(&h->stats[i], __ATOMIC_RELAXED);
+  }
+}
+
+/* The value of the process counter `name`, 0 if the process has none. */
+static uint64_t proc_stat(const struct proc_snap *ps, const char *name)
+{
+  for (unsigned i = 0; i < ps->nstats; i++)
+    if (strcmp(proc_stat_name(ps, i), name) == 0) return ps->stats[i];
   return 0;
 }
 
@@ -135,13 +127,13 @@ static void read_slots(const r2s_statseg_hdr_t *h, struct proc_snap *ps)
     for (int p = 0; p < R2S_STATSEG_PATHS; p++) {
       cs->tx += cs->ctr.tx[p];
       cs->rx += cs->ctr.rx[p];
+      ps->bytes[DIR_TX][p] += cs->ctr.tx[p];
+      ps->bytes[DIR_RX][p] += cs->ctr.rx[p];
     }
     if (cs->id.f.state == R2S_SLOT_LISTEN)
       ps->listeners++;
     else if (cs->id.f.path < R2S_STATSEG_PATHS)
       ps->by_path[cs->id.f.path]++;
-    ps->tx += cs->tx;
-    ps->rx += cs->rx;
     ps->nc++;
   }
 }
@@ -187,17 +179,22 @@ static int read_segment(const char *dir, const char *name, int pid, struct proc_
   }
   ps->pid = pid;
   ps->start_ticks = h->start_ticks;
+  ps->started_unix_ns = h->started_unix_ns;
   memcpy(ps->program, h->program, sizeof h->program);
   ps->program[sizeof h->program] = '\0';
   read_slots(h, ps);
+  read_stats(h, ps);
   /* Connections that ended were folded into the process counters. */
-  static const char *const tx_names[] = {"bytes_tcp_tx", "bytes_shm_tx", "bytes_rdma_tx"};
-  static const char *const rx_names[] = {"bytes_tcp_rx", "bytes_shm_rx", "bytes_rdma_rx"};
   for (int p = 0; p < R2S_STATSEG_PATHS; p++) {
-    ps->tx += header_stat(h, tx_names[p]);
-    ps->rx += header_stat(h, rx_names[p]);
+    char counter[32];
+    snprintf(counter, sizeof counter, "bytes_%s_tx", path_names[p]);
+    ps->bytes[DIR_TX][p] += proc_stat(ps, counter);
+    snprintf(counter, sizeof counter, "bytes_%s_rx", path_names[p]);
+    ps->bytes[DIR_RX][p] += proc_stat(ps, counter);
+    ps->tx += ps->bytes[DIR_TX][p];
+    ps->rx += ps->bytes[DIR_RX][p];
   }
-  ps->waits = header_stat(h, "waits_sleep");
+  ps->waits = proc_stat(ps, "waits_sleep");
   ps->overflow = __atomic_load_n(&h->overflow, __ATOMIC_RELAXED);
   rc = 1;
 unmap:
@@ -380,13 +377,17 @@ static void print_connections(const struct opts *o, const struct snapshot *s, co
 
 static void usage(FILE *f)
 {
-  fprintf(f, "usage: r2sock-stat [-d SECS] [-n COUNT] [-p PID] [--once] [-c|--connections]\n"
+  fprintf(f, "usage: r2sock-stat [-d SECS] [-n COUNT] [-p PID] [--once] [-c|--connections] [--json|--prometheus]\n"
              "  Shows the processes running under r2sock (those with a segment in " R2S_STATSEG_DIR
              "),\n"
              "  refreshed every SECS (default 1) seconds, COUNT times (default: until interrupted).\n"
              "  -c, --connections  one line per connection: addresses, path (or why it is on TCP), bytes, rates\n"
              "  -p PID             only this process\n"
-             "  --once             one snapshot, not cleared, exact byte counts (for scripts)\n");
+             "  --once             one snapshot, not cleared, exact byte counts (for scripts)\n"
+             "  --json             one snapshot as a JSON document: every process with its exact counters\n"
+             "                     and its live connections\n"
+             "  --prometheus       one snapshot in the Prometheus text format 0.0.4 (node_exporter's\n"
+             "                     textfile collector), labelled with pid and program\n");
 }
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -395,6 +396,7 @@ static void parse(int argc, char **argv, struct opts *o)
       {"delay", required_argument, NULL, 'd'}, {"count", required_argument, NULL, 'n'},
       {"pid", required_argument, NULL, 'p'},   {"once", no_argument, NULL, '1'},
       {"connections", no_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
+      {"json", no_argument, NULL, 'j'},        {"prometheus", no_argument, NULL, 'P'},
       {NULL, 0, NULL, 0},
   };
   *o = (struct opts){.delay = 1, .count = -1};
@@ -425,6 +427,14 @@ static void parse(int argc, char **argv, struct opts *o)
       break;
     case '1': o->once = true; break;
     case 'c': o->conns = true; break;
+    case 'j':
+    case 'P':
+      if (o->report != REPORT_TEXT && o->report != (ch == 'j' ? REPORT_JSON : REPORT_PROMETHEUS)) {
+        fprintf(stderr, "r2sock-stat: --json and --prometheus exclude each other\n");
+        exit(2);
+      }
+      o->report = ch == 'j' ? REPORT_JSON : REPORT_PROMETHEUS;
+      break;
     case 'h': usage(stdout); exit(0);
     default: usage(stderr); exit(2);
     }
@@ -433,13 +443,45 @@ static void parse(int argc, char **argv, struct opts *o)
     usage(stderr);
     exit(2);
   }
+  /* A machine-readable report is one snapshot, with exact counts. */
+  if (o->report != REPORT_TEXT) o->once = true;
   if (o->once) o->count = 1;
+}
+
+/* With --once and -p: the process has no segment (any more). Says so. */
+static bool pid_missing(const struct opts *o, const struct snapshot *s)
+{
+  if (!o->once || !o->pid || s->np) return false;
+  fprintf(stderr, "r2sock-stat: no live statistics for pid %d (not running, not under r2sock, no TCP "
+                  "socket yet, R2SOCK_STATSEG=0%s)\n",
+          o->pid, s->hidden ? ", or another user's process" : "");
+  return true;
+}
+
+/* --json, --prometheus: one snapshot. The document is printed even when -p
+ * names no process (it is then empty), so that what reads it can parse it. */
+static int report(const struct opts *o)
+{
+  struct snapshot s;
+  if (take_snapshot(o, &s) < 0) return 1;
+  if (o->report == REPORT_JSON)
+    print_json(&s);
+  else
+    print_prometheus(&s);
+  int rc = pid_missing(o, &s) ? 1 : 0;
+  free_snapshot(&s);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "r2sock-stat: writing the report: %s\n", strerror(errno));
+    return 1;
+  }
+  return rc;
 }
 
 int main(int argc, char **argv)
 {
   struct opts o;
   parse(argc, argv, &o);
+  if (o.report != REPORT_TEXT) return report(&o);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   struct snapshot prev = {0}, cur;
@@ -452,10 +494,7 @@ int main(int argc, char **argv)
       if (stop) break;
     }
     if (take_snapshot(&o, &cur) < 0) return 1;
-    if (o.once && o.pid && cur.np == 0) {
-      fprintf(stderr, "r2sock-stat: no live statistics for pid %d (not running, not under r2sock, no TCP "
-                      "socket yet, R2SOCK_STATSEG=0%s)\n",
-              o.pid, cur.hidden ? ", or another user's process" : "");
+    if (pid_missing(&o, &cur)) {
       free_snapshot(&cur);
       return 1;
     }

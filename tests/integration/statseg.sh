@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Live statistics: r2sock-stat reads the segment each process under the shim
 # publishes (src/statseg.h).
-#   usage: statseg.sh live|off|killed
+#   usage: statseg.sh live|off|killed|export
 #   live:   an iperf3 pair transfers; r2sock-stat --once -c -p PID lists the
 #           data connection of each end on the expected path (shm for the
 #           direction that moves the data, or tcp(disabled) when
@@ -11,11 +11,17 @@
 #   killed: a server killed with SIGKILL (no destructor) is not listed, and
 #           its segment is removed (by r2sock-stat reading it, or by another
 #           process under the shim sweeping it first).
+#   export: a python3 pair (hold_peer.py) moves 8 MiB and holds its
+#           connection open; for each end, r2sock-stat --json -p PID parses,
+#           names that pid and program, and shows the connection on the
+#           expected path with at least the 8 MiB in the direction they
+#           went; --prometheus (every process, and -p PID) passes the strict
+#           check of tests/unit/prom_check.py and has those samples.
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 need iperf3
 
-mode=${1:?usage: statseg.sh live|off|killed}
+mode=${1:?usage: statseg.sh live|off|killed|export}
 [[ -n $R2SOCK_LIB ]] || skip "the live statistics exist only under the shim (R2SOCK_LIB is empty)"
 STAT=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/r2sock-stat
 [[ -x $STAT ]] || fail "r2sock-stat not built: expected it at $STAT (set R2SOCK_BUILD to the build dir)"
@@ -152,6 +158,107 @@ killed)
   out=$("$STAT" --once -p "$spid" 2>&1) && fail "r2sock-stat lists the killed pid $spid: $out"
   [[ ! -e $SEG$spid ]] || fail "r2sock-stat read the dead pid $spid's segment but left $SEG$spid"
   wait_server iperf3-server 10 137
+  ;;
+export)
+  # A python3 pair under the shim moves BYTES client -> server and holds
+  # the connection open while r2sock-stat reports on both ends.
+  r2s_python
+  PEER=$(dirname "$0")/hold_peer.py
+  CHECK=$(dirname "$0")/../unit/prom_check.py
+  BYTES=$((8 << 20))
+  port=$(free_port)
+  start_server hold-server "$port" "$PY" "$PEER" server --port "$port" --bytes "$BYTES"
+  spid=$(child_of "$(server_pid hold-server)")
+  # The client holds its connection until its stdin (the fifo) ends: the
+  # shell keeps the fifo's only writer, fd 3, and closes it to let go.
+  mkfifo "$TMP/hold"
+  exec 3<>"$TMP/hold"
+  timeout -k 5 60 "${SHIM[@]}" "$PY" "$PEER" client --port "$port" --bytes "$BYTES" <"$TMP/hold" 3>&- \
+    >"$TMP/client.log" 2>&1 &
+  CLIENT_PID=$!
+  # Listed with the servers, so that a failure's cleanup ends it too.
+  R2S_SERVER_PID["hold-client"]=$CLIENT_PID
+  cpid=$(child_of "$CLIENT_PID")
+  deadline=$((SECONDS + 30))
+  until grep -q "^hold_peer client: sent=$BYTES$" "$TMP/client.log"; do
+    alive "$cpid" || fail "the client (pid $cpid) exited before it sent its bytes: $(cat "$TMP/client.log")"
+    ((SECONDS < deadline)) || fail "the client did not send $BYTES bytes within 30 s"
+    sleep 0.05
+  done
+  program=$(basename "$PY")
+  log "server pid $spid, client pid $cpid ($program), $BYTES bytes sent, expecting path $want_path"
+  for who in client server; do
+    if [[ $who == client ]]; then pid=$cpid dir=tx; else pid=$spid dir=rx; fi
+    # The path is published by the connection's next call once the shims'
+    # handshake is through: the "ok" read (client) and the last read (server).
+    deadline=$((SECONDS + 20))
+    while :; do
+      "$STAT" --json -p "$pid" >"$TMP/$who.json" || fail "r2sock-stat --json -p $pid ($who) failed"
+      /usr/bin/python3 -m json.tool "$TMP/$who.json" >/dev/null || fail "$who: --json is not JSON: $(cat "$TMP/$who.json")"
+      grep -q '"reason": "negotiating"' "$TMP/$who.json" || break
+      ((SECONDS < deadline)) || fail "$who (pid $pid): still negotiating after 20 s: $(cat "$TMP/$who.json")"
+      sleep 0.1
+    done
+    /usr/bin/python3 - "$TMP/$who.json" "$pid" "$program" "$port" "$BYTES" "$dir" "$want_path" <<'EOF' ||
+import json, sys
+f, pid, program, port, nbytes, d, want = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
+procs = json.load(open(f))["processes"]
+if [p["pid"] for p in procs] != [pid]:
+    sys.exit(f"expected exactly pid {pid}, saw {[p['pid'] for p in procs]}")
+p = procs[0]
+if p["program"] != program:
+    sys.exit(f"expected program {program!r}, saw {p['program']!r}")
+conns = [c for c in p["connections"]
+         if c["state"] == "open" and port in ((c["local"] or {}).get("port"), (c["peer"] or {}).get("port"))]
+if len(conns) != 1:
+    sys.exit(f"expected one open connection on port {port}, saw {conns}")
+c = conns[0]
+path = c["path"] if c["reason"] is None else f"{c['path']}({c['reason']})"
+if path != want:
+    sys.exit(f"expected the connection on path {want}, saw {path}: {c}")
+moved = sum(c["bytes"][d].values())
+if moved < nbytes:
+    sys.exit(f"expected the connection's {d} bytes >= {nbytes}, saw {c['bytes'][d]}")
+if want == "shm" and c["bytes"][d]["shm"] == 0:
+    sys.exit(f"the connection is on shm, yet its {d} bytes show none there: {c['bytes'][d]}")
+if sum(p["bytes"][d].values()) < moved:
+    sys.exit(f"the process's {d} bytes {p['bytes'][d]} are fewer than its connection's {c['bytes'][d]}")
+if p["connections_open"][c["path"]] < 1:
+    sys.exit(f"connections_open {p['connections_open']} does not count the connection on {c['path']}")
+print(f"{pid}: {path}, {d} {c['bytes'][d]}")
+EOF
+      fail "$who (pid $pid): r2sock-stat --json: $(cat "$TMP/$who.json")"
+    # The Prometheus text: strictly valid, for this process and for all of
+    # them (whatever else runs under the shim here), and it says the same.
+    "$STAT" --prometheus >"$TMP/all.prom" || fail "r2sock-stat --prometheus failed"
+    /usr/bin/python3 "$CHECK" "$TMP/all.prom" >/dev/null || fail "r2sock-stat --prometheus (every process) is not valid"
+    "$STAT" --prometheus -p "$pid" >"$TMP/$who.prom" || fail "r2sock-stat --prometheus -p $pid failed"
+    l="pid=\"$pid\",program=\"$program\""
+    /usr/bin/python3 "$CHECK" "$TMP/$who.prom" \
+      --has "r2sock_connections_open{$l,path=\"${want_path%%(*}\"} >=1" \
+      --has "r2sock_bytes_total{$l,path=\"${want_path%%(*}\",direction=\"$dir\"} >=1" ||
+      fail "$who (pid $pid): r2sock-stat --prometheus: $(cat "$TMP/$who.prom")"
+    /usr/bin/python3 - "$(dirname "$CHECK")" "$TMP/$who.prom" "$l" "$dir" "$BYTES" <<'EOF' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+import prom_check
+series = prom_check.parse(open(sys.argv[2], encoding="utf-8").read())
+labels, d, nbytes = sys.argv[3], sys.argv[4], int(sys.argv[5])
+pid = labels.split('"')[1]
+moved = sum(int(v) for (name, ls), v in series.items()
+            if name == "r2sock_bytes_total" and dict(ls)["pid"] == pid and dict(ls)["direction"] == d)
+if moved < nbytes:
+    sys.exit(f"r2sock_bytes_total{{direction=\"{d}\"}} over the paths is {moved}, expected >= {nbytes}")
+EOF
+      fail "$who (pid $pid): r2sock-stat --prometheus bytes: $(grep r2sock_bytes_total "$TMP/$who.prom")"
+  done
+  exec 3>&-
+  wait_server hold-client
+  wait_server hold-server
+  for pid in "$cpid" "$spid"; do
+    [[ ! -e $SEG$pid ]] || fail "pid $pid exited normally, yet $SEG$pid is still there"
+  done
+  check_stats conns=2 bulk=2 bytes="$BYTES" procs=2
   ;;
 *) fail "unknown mode '$mode'" ;;
 esac
