@@ -240,9 +240,9 @@ void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool a
 /* A reader's short way through a link whose receive side is in the ring
  * (the common case of a carried connection; stream.c): under emulation
  * each layer between the application's read and the ring lengthened a
- * 64 B round trip (docs/rdma.md, "Session 20"), so these two do what
- * r2s__link_recv and the stream's wait would, for that case only, and
- * leave every other case to them.
+ * 64 B round trip (docs/rdma.md, "A short way for ring reads and
+ * writes"), so these two do what r2s__link_recv and the stream's wait
+ * would, for that case only, and leave every other case to them.
  *
  * r2s__link_await_ring looks at the ring alone (bytes, the read-ahead,
  * the peer's end, an error, the ring's end after PLAIN) once, and if

@@ -131,10 +131,11 @@ bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, boo
 
 /* The pace of such a loop, for one that looks at a single thing inline
  * (a blocked reader's ring, link.c): under emulation every call and
- * callback between two looks lengthened the wait (docs/rdma.md, "Session
- * 20"). Between looks it pauses, or yields past SPIN_US (from the start
- * with yield_now); the clock, which costs more than a look, is read every
- * 32nd look, and at every look once yielding. */
+ * callback between two looks lengthened the wait (docs/rdma.md, "A short
+ * way for ring reads and writes"). Between looks it pauses, or yields
+ * past SPIN_US (from the start with yield_now); the clock, which costs
+ * more than a look, is read every 32nd look, and at every look once
+ * yielding. */
 typedef struct r2s_spin_pace_s {
   int64_t start, now, yield_after, budget_ns;
   unsigned looks;

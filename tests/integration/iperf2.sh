@@ -20,8 +20,8 @@
 #                go in a DATA frame, in front of every doorbell the server
 #                sends the client's writer later. A writer that read control
 #                frames only up to that frame found its socket readable on
-#                every sleep and woke at once (docs/rdma.md, "A writer's
-#                sleeps that returned at once"): 3,250-13,315 sleeps a
+#                every sleep and woke at once (docs/rdma.md, "Reading past
+#                application bytes to control frames"): 3,250-13,315 sleeps a
 #                run, all but 5-14 of them early (waits_woke_early, 5 runs
 #                of 5). A milder form followed while the client's bytes
 #                still went as TCP frames: its writer waited for POLLOUT
