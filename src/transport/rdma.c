@@ -1028,7 +1028,7 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
  * completion so that the wait can end). Not for a peer that is gone: a
  * killed peer's queue pair never answers, and close() then exit() each
  * waited their whole bound for it (survivors of rxe.faults' kills ended
- * 1.6 to 4 s after the kill, against the 1 s the issue allows). Nor for
+ * 1.6 to 4 s after the kill, where a survivor should end within 1 s). Nor for
  * a peer that is done (peer_done). The wait ends on the completion of our
  * final credit (final_credit_locked), which also tells a peer closing
  * after us that we are done. */

@@ -79,7 +79,7 @@ for ((i = 1; i <= TRIALS; i++)); do
   esac
   took=$(echo "$t1 - $t0" | bc)
   times+=("$took")
-  # the bound is 1 s: name the trials past it, for whoever looks
+  # a survivor should end within 1 s: name the trials past it, for whoever looks
   # for the cause (the test itself fails only on a hang or a bad exit)
   if (( $(echo "$took > 1" | bc) )); then
     slow=$((slow + 1))
