@@ -46,8 +46,8 @@ hold_shared_lock() {
   flock -s -w 600 8 || die "waited 600 s for the lock on $VM_DIR/.lock (build-guest running?)"
 }
 
-# new_rundir [DIR]: the directory shared read-write with the guest(s) as /xfer.
-# It must be on the host's disk: the guest's /tmp is its own tmpfs.
+# new_rundir [DIR]: the directory shared read-write with the guest(s) as /xfer,
+# the one place where what a guest writes reaches the host.
 new_rundir() {
   if [ -n "${1:-}" ]; then
     RUN=$(mkdir -p "$1" && cd "$1" && pwd) || die "cannot create run dir $1"
