@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Both ends of a connection in one process, on 127.0.0.1, each case
+"""Both ends of a connection in one process, on 127.0.0.1 (or --host), each case
 asserting what plain Linux TCP does (tests/integration/tcp-exact.sh).
 
-    tcp_exact_peer.py CASE --rounds N
+    tcp_exact_peer.py CASE --rounds N [--host ADDR]
 
 Each round makes new connections; the ends run as threads, and every round
 is bounded: an end still blocked when its bound has passed fails the round
@@ -92,6 +92,7 @@ ADD_WAIT = 3.0         # epoll-add-ready: the waiter's timeout
 ADD_WAKE = 1.0         # epoll-add-ready: its wake-up after the ADD/MOD
 KEEPALIVE = 4          # epoll-add-ready: exchanges before the last request
 AFTER_CLOSE_WAIT = 0.5 # epoll-after-close: the wait that must report nothing
+HOST = "127.0.0.1"     # --host: where both ends meet (an RDMA device's address in the rxe guest)
 BUF = 4096             # buffer-sizes: SO_SNDBUF / SO_RCVBUF asked for
 WARMUP = 96 * 1024     # buffer-sizes: bytes each way first (past the default policy's 64 KiB)
 CLOSE_DATA = 256 * 1024 + 1  # buffer-sizes: the close variant's writer (test_asyncio's file)
@@ -167,7 +168,7 @@ def wait(event, what):
 class Listener:
     def __init__(self):
         self.ls = socket.socket()
-        self.ls.bind(("127.0.0.1", 0))
+        self.ls.bind((HOST, 0))
         self.ls.listen(16)
         self.ls.settimeout(STEP_BOUND)
         self.port = self.ls.getsockname()[1]
@@ -181,7 +182,7 @@ class Listener:
             return s
 
         def connect():
-            c = socket.create_connection(("127.0.0.1", self.port), timeout=STEP_BOUND)
+            c = socket.create_connection((HOST, self.port), timeout=STEP_BOUND)
             c.settimeout(None if blocking else STEP_BOUND)
             self.conns += 1
             return c
@@ -927,10 +928,13 @@ CASES = {
 
 
 def main():
+    global HOST
     ap = argparse.ArgumentParser()
     ap.add_argument("case", choices=sorted(CASES))
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--host", default=HOST)
     a = ap.parse_args()
+    HOST = a.host
     fn = CASES[a.case]
     lst = Listener()
     for rnd in range(1, a.rounds + 1):

@@ -27,7 +27,10 @@
 #      count tcp_no_resources; an end that may pin without bound (wide
 #      rings) and one with a limit agree on rings the limited one can pin;
 #      an end without a device has its peer send over plain TCP too
-# Skipped (3-5) when R2SOCK_LIB is empty (library not built).
+#   7. what plain TCP does at a close and in epoll, over RDMA
+#      (tcp_exact_peer.py: epoll-after-close, epoll-add-ready,
+#      data-before-reset)
+# Skipped (3-5, 7) when R2SOCK_LIB is empty (library not built).
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
 IP=$MY_IP
@@ -280,4 +283,21 @@ step "ring-fit: the server used 2 MiB of its wide ring" \
 step "ring-fit: the client copied 2 MiB of it" \
   grep -q 'RDMA rings: ours 2097152 of 2097152 bytes, the peer.s 2097152 of 8388608' "$LOGDIR/ring-fit.client.log"
 step "fault: the server had upgraded to RDMA" r2s_stats_check /xfer/stats.fault 1 conn_rdma 1
+
+# What plain TCP does, over RDMA (tests/integration/tcp_exact_peer.py, both
+# ends in one process): a closed socket leaves its epoll sets, a connection
+# added to a set another thread waits on wakes it, and a reset comes after
+# the bytes in front of it. The first two move 96 KiB and 4 x 32 KiB
+# before the moment they test, so their connections are on RDMA (stats).
+EXACT=${R2SOCK_SRC:-}/tests/integration/tcp_exact_peer.py
+exact_case() {
+  local c=$1
+  step "exact $c" env "LD_PRELOAD=$R2SOCK_LIB" R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1 \
+    "R2SOCK_STATS_FILE=/xfer/stats.exact-$c" python3 "$EXACT" "$c" --rounds 2 --host "$IP"
+}
+if [ -n "${R2SOCK_LIB:-}" ] && [ -r "$EXACT" ]; then
+  for c in epoll-after-close epoll-add-ready data-before-reset; do exact_case "$c"; done
+  step "exact: epoll-after-close on RDMA" r2s_stats_check /xfer/stats.exact-epoll-after-close 1 conn_rdma 8
+  step "exact: epoll-add-ready on RDMA" r2s_stats_check /xfer/stats.exact-epoll-add-ready 1 conn_rdma 16
+fi
 finish
