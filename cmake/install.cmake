@@ -4,6 +4,7 @@
 #   <prefix>/lib/r2sock/libr2sock.so   the preload module (not on the loader's
 #                                      path: it is only ever LD_PRELOADed)
 #   <prefix>/lib/r2sock/r2sock-check   what `r2sock-run --check` runs
+#   <prefix>/lib/r2sock/r2sock-rules   ... to check and explain the rules file
 #   <prefix>/bin/r2sock-run            the launcher (finds ../lib/r2sock/)
 #   <prefix>/bin/r2sock-stat           the live statistics viewer
 #   <prefix>/share/man/man{1,7}/       r2sock(7), r2sock-run(1), r2sock-stat(1)
@@ -16,6 +17,7 @@ set(R2SOCK_INSTALL_PKGLIBDIR lib/r2sock)
 
 install(TARGETS r2sock LIBRARY DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
 install(PROGRAMS scripts/r2sock-check DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
+install(TARGETS r2sock-rules RUNTIME DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
 install(PROGRAMS scripts/r2sock-run DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # r2sock-stat may be defined anywhere in the tree, and after this file is

@@ -16,6 +16,7 @@
 #include "link.h"
 #include "log.h"
 #include "options.h"
+#include "rules.h"
 #include "sandbox.h"
 #include "sanitize.h"
 #include "stats.h"
@@ -33,13 +34,12 @@ static uint32_t next_id;
 static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
 static const char *const reason_names[R2S_REASON_COUNT] = {
     "",       "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable", "app-oob",
-    "failed", "no-hello", "inherited",  "other-user",  "no-device",  "short",        "sandboxed"};
+    "failed", "no-hello", "inherited",  "other-user",  "no-device",  "short",        "sandboxed",   "rule"};
 static const r2s_stat_id_t reason_stats[R2S_REASON_COUNT] = {
-    R2S_STAT_COUNT,           R2S_STAT_tcp_disabled,   R2S_STAT_tcp_peer_plain,
-    R2S_STAT_tcp_no_peer_yet, R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources,
-    R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,    R2S_STAT_tcp_failed,
-    R2S_STAT_tcp_no_hello,    R2S_STAT_COUNT,          R2S_STAT_tcp_other_user,
-    R2S_STAT_tcp_no_device,   R2S_STAT_tcp_short,      R2S_STAT_COUNT};
+    R2S_STAT_COUNT,          R2S_STAT_tcp_disabled,     R2S_STAT_tcp_peer_plain,  R2S_STAT_tcp_no_peer_yet,
+    R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources, R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,
+    R2S_STAT_tcp_failed,     R2S_STAT_tcp_no_hello,     R2S_STAT_COUNT,           R2S_STAT_tcp_other_user,
+    R2S_STAT_tcp_no_device,  R2S_STAT_tcp_short,        R2S_STAT_COUNT,           R2S_STAT_tcp_rule};
 
 const char *r2s__path_name(r2s_path_t p)
 {
@@ -286,6 +286,13 @@ void r2s__conn_app_oob(r2s_conn_t *c, int fd)
   if (l) r2s__link_app_oob(l, fd);
 }
 
+static unsigned port_of(const struct sockaddr_storage *a)
+{
+  if (a->ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)a)->sin_port);
+  if (a->ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)a)->sin6_port);
+  return 0;
+}
+
 /* True if the connection's service port (the peer's for a client, ours for
  * a server) is in R2SOCK_SKIP_PORTS: its plain peers may read urgent data
  * inline, so it gets no hello. known: c's addresses were just filled in
@@ -300,42 +307,83 @@ static bool skipped_port(const r2s_conn_t *c, int fd, bool known)
     a = server ? c->local : c->peer;
   else if ((server ? r2s__libc.getsockname : r2s__libc.getpeername)(fd, (struct sockaddr *)&a, &len) < 0)
     return false;
-  unsigned port;
-  if (a.ss_family == AF_INET)
-    port = ntohs(((const struct sockaddr_in *)&a)->sin_port);
-  else if (a.ss_family == AF_INET6)
-    port = ntohs(((const struct sockaddr_in6 *)&a)->sin6_port);
-  else
-    return false;
-  return r2s__ports_has(&r2s__opt.skip_ports, port);
+  unsigned port = port_of(&a);
+  return port && r2s__ports_has(&r2s__opt.skip_ports, port);
+}
+
+/* This process's executable, by its file name as the kernel links
+ * /proc/self/exe (a symbolic link's target counts, not argv[0]; "" without
+ * /proc, as in a bare chroot, so that no name matches). Looked up once, at
+ * the first connection that asks: the answer holds for this image (after
+ * exec the shim starts again). */
+static pthread_once_t program_once = PTHREAD_ONCE_INIT;
+static char program[256];
+static bool program_skipped;
+
+static void find_program(void)
+{
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return;
+  path[n] = '\0';
+  const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+  /* A name this long is in no list (R2S_PROGRAM_NAME_MAX): left unknown. */
+  if (strlen(name) >= sizeof program) return;
+  memcpy(program, name, strlen(name) + 1);
+  program_skipped = r2s__programs_has(&r2s__opt.skip_programs, program);
+  if (program_skipped) r2s__info("%s is in R2SOCK_SKIP_PROGRAMS: its connections stay on TCP", program);
+}
+
+static const char *program_name(void)
+{
+  pthread_once(&program_once, find_program);
+  return program;
 }
 
 /* True if this process's executable is in R2SOCK_SKIP_PROGRAMS: such a
  * program is known to use one connection from two processes at once
  * (options.h), which the protocol cannot follow, so its connections get no
- * hello and stay on TCP whatever the peer runs. Looked up once: the answer
- * holds for this image (after exec the shim starts again). */
+ * hello and stay on TCP whatever the peer runs. */
 static bool skipped_program(void)
 {
-  static int listed = -1; /* -1: not looked up yet */
-  int v = __atomic_load_n(&listed, __ATOMIC_RELAXED);
-  if (v >= 0) return v;
-  v = 0;
-  char path[4096];
-  ssize_t n = r2s__opt.skip_programs.n ? readlink("/proc/self/exe", path, sizeof path - 1) : -1;
-  if (n > 0) {
-    path[n] = '\0';
-    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
-    v = r2s__programs_has(&r2s__opt.skip_programs, name);
-    if (v) r2s__info("%s is in R2SOCK_SKIP_PROGRAMS: its connections stay on TCP", name);
+  if (r2s__opt.skip_programs.n == 0) return false;
+  program_name();
+  return program_skipped;
+}
+
+/* The rules file's say on this connection (rules.h): the first rule that
+ * matches sets *p's actions; NULL if none does. Only the facts the rules
+ * ask about are looked up: the addresses (once, into c, as for the log),
+ * the program (once per process), the effective uid (it may change). */
+static const r2s_rule_t *rule_for(r2s_conn_t *c, int fd, bool *known, r2s_policy_t *p)
+{
+  r2s_rule_conn_t rc;
+  memset(&rc, 0, sizeof rc);
+  uint32_t keys = r2s__rules.keys;
+  if (keys & R2S_RULE_PROGRAM) rc.program = program_name()[0] ? program : NULL;
+  if (keys & R2S_RULE_ADDRESS_KEYS) {
+    if (!*known) fill_addresses(c, fd);
+    *known = true;
+    rc.port = port_of(&c->peer);
+    rc.lport = port_of(&c->local);
+    r2s__rule_conn_peer(&rc, (const struct sockaddr *)&c->peer);
   }
-  /* Threads that race here find the same answer (the line may repeat). */
-  __atomic_store_n(&listed, v, __ATOMIC_RELAXED);
-  return v;
+  if (keys & R2S_RULE_USER) {
+    rc.uid_known = true;
+    rc.uid = (uint32_t)geteuid();
+  }
+  const r2s_rule_t *r = r2s__rules_decide(&r2s__rules, &rc, p);
+  if (r)
+    r2s__debug("conn %" PRIu32 " fd %d: the rule at %s:%" PRIu32 " applies", c->id, fd, r2s__rules.file,
+               r->line);
+  return r;
 }
 
 /* The upgrade protocol for a freshly established connection, if the policy
- * and the application's use of urgent data allow one. old: its flags. */
+ * and the application's use of urgent data allow one. old: its flags. The
+ * skip lists come first: they keep the programs and services the protocol
+ * cannot serve off it, whatever a rule says. Then the first rule that
+ * matches, then the options. */
 static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
 {
   if (old & R2S_CONN_OOBINLINE) {
@@ -348,14 +396,25 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
     c->reason = R2S_REASON_SANDBOXED; /* the protocol needs calls of ours (sandbox.h) */
     return;
   }
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER || (old & R2S_CONN_APP_OOB) || skipped_program() ||
-      skipped_port(c, fd, known)) {
+  r2s_policy_t policy = r2s__policy_default();
+  bool none = policy.upgrade.mode == R2S_UPGRADE_NEVER && !r2s__rules.may_upgrade;
+  if (none || (old & R2S_CONN_APP_OOB) || skipped_program() || skipped_port(c, fd, known)) {
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
+    return;
+  }
+  /* The one branch a process without rules pays. */
+  if (r2s__rules.n && rule_for(c, fd, &known, &policy) && policy.upgrade.mode == R2S_UPGRADE_NEVER) {
+    c->reason = R2S_REASON_RULE;
+    return;
+  }
+  if (policy.upgrade.mode == R2S_UPGRADE_NEVER) { /* the file's default, and no rule allowed it */
+    c->reason = R2S_REASON_DISABLED;
     return;
   }
   /* The hello goes out now, before any application byte can (an accepted
    * connection's once the client's has come). */
-  r2s_link_t *l = r2s__link_start(fd, __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER);
+  r2s_link_t *l =
+      r2s__link_start(fd, __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER, &policy);
   if (!l) {
     c->reason = R2S_REASON_NO_HELLO;
     return;

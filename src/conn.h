@@ -55,6 +55,7 @@ typedef enum {
   R2S_REASON_NO_DEVICE,    /* a remote peer, and no RDMA device serves the connection's address */
   R2S_REASON_SHORT,        /* both shims, ended before moving R2SOCK_UPGRADE's bytes */
   R2S_REASON_SANDBOXED,    /* the process confined its system calls (sandbox.h) */
+  R2S_REASON_RULE,         /* a rule of the rules file says upgrade=never (rules.h) */
   R2S_REASON_COUNT
 } r2s_reason_t;
 

@@ -24,6 +24,7 @@
 #include "options.h"
 #include "readiness.h"
 #include "reaper.h"
+#include "rules.h"
 #include "sandbox.h"
 #include "stats.h"
 #include "tcphist.h"
@@ -270,9 +271,9 @@ static void peer_is_plain(r2s_link_t *l, int fd, int reason)
 /* Our hello: a sized one when the policy waits for bytes (at least the
  * largest power of two in after_bytes), so that a peer that closes first
  * knows whether a switch mark of ours could still come (r2s__link_close). */
-static unsigned char hello_byte(void)
+static unsigned char hello_byte(const r2s_link_t *l)
 {
-  uint64_t after = r2s__opt.upgrade.mode == R2S_UPGRADE_NOW ? 0 : r2s__opt.upgrade.after_bytes;
+  uint64_t after = l->policy.upgrade.mode == R2S_UPGRADE_NOW ? 0 : l->policy.upgrade.after_bytes;
   if (after == 0) return R2S_HELLO_BYTE;
   return (unsigned char)(R2S_HELLO_SIZED | (63 - __builtin_clzll(after)));
 }
@@ -327,18 +328,20 @@ static r2s_link_t *link_new(int rx_state, int tx_state)
   l->refs = 1;
   l->tx_probe_at = 1;
   l->pump_due = 1;
+  l->policy = r2s__policy_default();
   __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
   return l;
 }
 
-r2s_link_t *r2s__link_start(int fd, bool accepted)
+r2s_link_t *r2s__link_start(int fd, bool accepted, const r2s_policy_t *policy)
 {
-  const unsigned char hello = hello_byte();
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
+  if (policy->upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
   /* The link exists before the hello leaves: a peer that hears it may
    * switch, and then someone must be watching for its mark. */
   r2s_link_t *l = link_new(R2S_RX_PROBE, R2S_TX_PROBE);
   if (!l) return NULL;
+  l->policy = *policy;
+  const unsigned char hello = hello_byte(l);
   l->peer_shim = r2s__opt.peer_shim;
   if (accepted && !l->peer_shim) {
     l->hello_owed = true;
@@ -369,7 +372,8 @@ r2s_link_t *r2s__link_start_inline(int fd)
 
 r2s_link_t *r2s__link_adopt(void)
 {
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
+  /* Nothing could have upgraded it: neither the options nor a rule. */
+  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER && !r2s__rules.may_upgrade) return NULL;
   /* The process that made the connection may have read the hello and may
    * have told the peer to switch: watch for the mark for good, and never
    * switch ourselves (its handshake state went with the old image). */
@@ -443,9 +447,9 @@ int r2s__link_reason(const r2s_link_t *l)
    * still sends (the counters are stored atomically for this). */
   uint64_t moved = __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) +
                    __atomic_load_n(&l->rx_consumed, __ATOMIC_RELAXED);
-  bool sized = r2s__opt.upgrade.mode == R2S_UPGRADE_AUTO || r2s__opt.upgrade.mode == R2S_UPGRADE_AFTER;
+  bool sized = l->policy.upgrade.mode == R2S_UPGRADE_AUTO || l->policy.upgrade.mode == R2S_UPGRADE_AFTER;
   if (sized && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_PROBE &&
-      moved < r2s__opt.upgrade.after_bytes)
+      moved < l->policy.upgrade.after_bytes)
     return R2S_REASON_SHORT;
   return R2S_REASON_UNFINISHED;
 }
@@ -712,8 +716,9 @@ static bool peer_is_local(const struct sockaddr_storage *peer)
   return local;
 }
 
-/* R2SOCK_TRANSPORT, or by where the peer is: shared memory on this host,
- * RDMA to another. Fills what the transport may know of the connection. */
+/* R2SOCK_TRANSPORT (or a rule's transport=), or by where the peer is:
+ * shared memory on this host, RDMA to another. Fills what the transport
+ * may know of the connection. */
 static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_conn_t *c)
 {
   memset(c, 0, sizeof *c);
@@ -723,7 +728,7 @@ static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_con
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
   (void)r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &ll);
   (void)r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &pl);
-  switch (r2s__opt.transport) {
+  switch (l->policy.transport) {
   case R2S_TRANSPORT_SHM:
     return &r2s__transport_shm;
   case R2S_TRANSPORT_RDMA:
@@ -733,15 +738,15 @@ static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_con
   }
 }
 
-/* R2SOCK_UPGRADE: at once, or once the connection moved that many bytes
- * over plain TCP (auto: R2S_UPGRADE_AUTO_BYTES), so that short connections
- * never pay for a ring. Both directions count, so the two ends cross the
+/* R2SOCK_UPGRADE (or a rule's upgrade=): at once, or once the connection
+ * moved that many bytes over plain TCP (auto: R2S_UPGRADE_AUTO_BYTES), so
+ * that short connections never pay for a ring. Both directions count, so the two ends cross the
  * size at about the same point: each answers the other's switch at once. */
 static bool policy_allows_switch(const r2s_link_t *l)
 {
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NOW) return true;
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER) return false;
-  return l->tx_plain_bytes + l->rx_consumed >= r2s__opt.upgrade.after_bytes;
+  if (l->policy.upgrade.mode == R2S_UPGRADE_NOW) return true;
+  if (l->policy.upgrade.mode == R2S_UPGRADE_NEVER) return false;
+  return l->tx_plain_bytes + l->rx_consumed >= l->policy.upgrade.after_bytes;
 }
 
 /* Our send direction stays plain (the application uses urgent data, or we
@@ -801,7 +806,7 @@ static int send_interlude_locked(r2s_link_t *l, int fd)
  * (the peer, reading bytes at position 0 without a mark, judges us so). */
 static bool greet_locked(r2s_link_t *l, int fd)
 {
-  const unsigned char hello = hello_byte();
+  const unsigned char hello = hello_byte(l);
   if (!l->hello_owed) return true;
   if (l->tx_state != R2S_TX_PROBE) return false;
   /* A socket that came through exec may be held by other processes too (a
@@ -1791,7 +1796,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
 static void greet_before_urgent_locked(r2s_link_t *l, int fd)
 {
   if (!l->hello_owed || l->tp || l->interlude_sent || !r2s__tcp_never_sent(fd)) return;
-  const unsigned char hello = hello_byte();
+  const unsigned char hello = hello_byte(l);
   ssize_t n = k_send(fd, &hello, 1, MSG_OOB);
   if (n == 1)
     __atomic_store_n(&l->hello_owed, false, __ATOMIC_RELEASE);

@@ -36,6 +36,7 @@
 #include <sys/uio.h>
 
 #include "frame.h"
+#include "options.h"
 #include "readahead.h"
 #include "spin.h"
 #include "transport.h"
@@ -54,6 +55,7 @@ struct r2s_link_s {
   int failed;             /* -errno after a protocol error: the connection is reset */
   int sock_err;           /* atomic: the socket's error (a reset) that a call of the shim's took from
                            * the kernel, which reports one once: the application's next call gets it */
+  r2s_policy_t policy;    /* when to switch and which transport to offer: the options', or a rule's */
 
   /* receive side (rx_lock) */
   uint64_t rx_consumed;  /* application bytes taken from TCP before the mark */
@@ -134,8 +136,9 @@ struct r2s_link_s {
  * fd; NULL if the policy says no or the hello could not be sent (the
  * connection then stays plain TCP). An accepted connection (accepted:
  * true) sends its hello only once the peer's has come, so that a plain
- * client never sees urgent data (docs/protocol.md, "Hello"). */
-r2s_link_t *r2s__link_start(int fd, bool accepted);
+ * client never sees urgent data (docs/protocol.md, "Hello"). policy: the
+ * connection's (conn.c: the options', or the rules file's), copied. */
+r2s_link_t *r2s__link_start(int fd, bool accepted, const r2s_policy_t *policy);
 /* Drops a reference: the connection's own, when it is freed. The link
  * goes once the reaper, which reads a closed connection on with it, is
  * done too. */

@@ -10,10 +10,13 @@
 #include <strings.h>
 
 #include <fcntl.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
+#include "conffile.h"
 #include "libc.h"
 #include "log.h"
+#include "rules.h"
 
 r2s_options_t r2s__opt = {
 #define R2S_OPT_DEFAULT(NAME, field, type, def, doc) .field = def,
@@ -236,15 +239,27 @@ const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t le
   return buf;
 }
 
-static bool parse_string(const char *s, const char **out)
+/* A copy: redis and nginx overwrite their environment strings to set the
+ * process title, long before the shim reads its options again. It
+ * replaces the copy an earlier line of the rules file made. */
+static bool keep_copy(const char *s, const char **out)
 {
-  if (s[0] == '\0') return false;
-  /* A copy: redis and nginx overwrite their environment strings to set
-   * the process title, long before the shim reads its options again. */
   char *copy = strdup(s);
   if (!copy) return false;
+  free((void *)*out);
   *out = copy;
   return true;
+}
+
+static bool parse_string(const char *s, const char **out)
+{
+  return s[0] != '\0' && keep_copy(s, out);
+}
+
+/* Any string, the empty one too (it means "none"). */
+static bool parse_path(const char *s, const char **out)
+{
+  return keep_copy(s, out);
 }
 
 /* Adapters with one name per option type, so the table can dispatch on it. */
@@ -297,8 +312,15 @@ static const char *format_string(const char *const *v, char *b, size_t n)
   snprintf(b, n, "%s", *v ? *v : "(unset)");
   return b;
 }
+/* Only CONFIG is a path, so its default is the rules file's. */
+static const char *format_path(const char *const *v, char *b, size_t n)
+{
+  snprintf(b, n, "%s", !*v ? R2S_CONF_DEFAULT : **v ? *v : "none");
+  return b;
+}
 #define format_upgrade r2s__format_upgrade
-static const char *format_transport(const r2s_opt_transport_t *v, char *b, size_t n)
+#define format_transport r2s__format_transport
+const char *r2s__format_transport(const r2s_opt_transport_t *v, char *b, size_t n)
 {
   snprintf(b, n, "%s", (unsigned)*v < 3 ? transport_names[*v] : "?");
   return b;
@@ -315,6 +337,7 @@ static const char *format_gidindex(const int *v, char *b, size_t n)
 static const char *const accepted_level = "error, warn, info, debug or 0-3";
 static const char *const accepted_bool = "1/0, yes/no, on/off, true/false";
 static const char *const accepted_string = "a non-empty string";
+static const char *const accepted_path = "a file name, or nothing for none";
 static const char *const accepted_upgrade = "never, now, auto or a size such as 64K";
 static const char *const accepted_ringsize = "auto, or a power of two from 4K to 1G";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
@@ -368,19 +391,146 @@ static const char *env_get(char **env, const char *name)
   return NULL;
 }
 
+int r2s__option_find(const char *name, size_t len)
+{
+#define R2S_OPT_FIND(NAME, field, type, def, doc)                                                            \
+  if (len == sizeof(#NAME) - 1 && strncasecmp(name, #NAME, len) == 0) return R2S_OPT_##NAME;
+  R2S_OPTIONS(R2S_OPT_FIND)
+#undef R2S_OPT_FIND
+  return -1;
+}
+
+const char *r2s__option_name(int id)
+{
+  static const char *const names[] = {
+#define R2S_OPT_NAME(NAME, field, type, def, doc) #NAME,
+      R2S_OPTIONS(R2S_OPT_NAME)
+#undef R2S_OPT_NAME
+  };
+  return id >= 0 && id < R2S_OPT_COUNT ? names[id] : "?";
+}
+
+bool r2s__option_parse(r2s_options_t *o, int id, const char *value, const char **accepted)
+{
+  switch (id) {
+#define R2S_OPT_PARSE(NAME, field, type, def, doc)                                                           \
+  case R2S_OPT_##NAME:                                                                                       \
+    *accepted = accepted_##type;                                                                             \
+    return parse_##type(value, &o->field);
+    R2S_OPTIONS(R2S_OPT_PARSE)
+#undef R2S_OPT_PARSE
+  }
+  *accepted = "an option";
+  return false;
+}
+
+/* What r2s__options_release does to a field of each type: strings are
+ * the only ones that own memory. */
+#define release_string(p)                                                                                    \
+  do {                                                                                                       \
+    free((void *)*(p));                                                                                      \
+    *(p) = NULL;                                                                                             \
+  } while (0)
+#define release_path(p) release_string(p)
+#define release_level(p)
+#define release_bool(p)
+#define release_upgrade(p)
+#define release_ports(p)
+#define release_programs(p)
+#define release_ringsize(p)
+#define release_usec(p)
+#define release_seconds(p)
+#define release_transport(p)
+#define release_gidindex(p)
+
+void r2s__options_release(r2s_options_t *o)
+{
+#define R2S_OPT_RELEASE(NAME, field, type, def, doc) release_##type(&o->field);
+  R2S_OPTIONS(R2S_OPT_RELEASE)
+#undef R2S_OPT_RELEASE
+}
+
+/* The rules file's warnings in the log. Every process the shim is loaded
+ * into reads the file, so a file of many bad lines would fill each one's
+ * stderr: past the first few, they are counted and summed up once. */
+#define CONF_WARNINGS_SHOWN 8
+typedef struct conf_log_s {
+  unsigned shown, hidden;
+} conf_log_t;
+
+static void conf_warn(void *arg, const char *file, unsigned line, const char *msg)
+{
+  conf_log_t *cl = arg;
+  if (line == 0) {
+    r2s__warn("rules file %s: %s", file, msg);
+  } else if (cl->shown < CONF_WARNINGS_SHOWN) {
+    cl->shown++;
+    r2s__warn("%s:%u: %s; line ignored", file, line, msg);
+  } else {
+    cl->hidden++;
+  }
+}
+
+/* The rules file, after the environment: its lines set what the
+ * environment left alone (origin "file"). Messages go to warn, or with
+ * none to the log. Returns as r2s__options_load_checked. */
+static int load_rules_file(const bool *from_env, const char **origin, r2s_conf_warn_t *warn, void *arg,
+                           const char **file)
+{
+  static r2s_conf_t cf; /* static: it holds a flag per option, and start-up runs once */
+  memset(&r2s__rules, 0, sizeof r2s__rules);
+  *file = NULL;
+  const char *path = r2s__opt.config;
+  bool explicit = path != NULL;
+  /* A set-user-ID program keeps the system's file: a user's own file
+   * would change how a program of another user's works, and its bad
+   * lines would be quoted to the user in the warnings. */
+  if (explicit && getauxval(AT_SECURE)) {
+    r2s__warn("R2SOCK_CONFIG is ignored in a set-user-ID or set-group-ID program; reading %s",
+              R2S_CONF_DEFAULT);
+    path = NULL;
+    explicit = false;
+  }
+  if (!path) path = R2S_CONF_DEFAULT;
+  if (path[0] == '\0') return 0; /* R2SOCK_CONFIG= : no file */
+  conf_log_t cl = {0, 0};
+  memset(&cf, 0, sizeof cf);
+  cf.opt = &r2s__opt;
+  cf.locked = from_env;
+  cf.rules = &r2s__rules;
+  cf.warn = warn ? warn : conf_warn;
+  cf.arg = warn ? arg : &cl;
+  int rc = r2s__conf_load(&cf, path, explicit);
+  if (rc == -ENOENT && !explicit) return 0;
+  *file = path;
+  if (rc < 0) return rc;
+  if (cl.hidden)
+    r2s__warn("%s: %u more bad lines, also ignored (r2sock-run --check lists them all)", path, cl.hidden);
+  for (int i = 0; i < R2S_OPT_COUNT; i++)
+    if (cf.set[i] && !from_env[i]) origin[i] = "file";
+  r2s__info("rules file %s: %u option lines, %u rules, %u bad lines", path, cf.options, r2s__rules.n, cf.bad);
+  return (int)cf.bad;
+}
+
 void r2s__options_load(void)
 {
-#define R2S_OPT_ONE(NAME, field, type, def, doc) +1
-  const char *origin[0 R2S_OPTIONS(R2S_OPT_ONE)];
-#undef R2S_OPT_ONE
+  const char *file;
+  (void)r2s__options_load_checked(NULL, NULL, &file);
+}
+
+int r2s__options_load_checked(r2s_conf_warn_t *warn, void *arg, const char **file)
+{
+  const char *origin[R2S_OPT_COUNT];
+  bool from_env[R2S_OPT_COUNT];
   int i = 0;
   const char *v;
   char **env = startup_environment();
 #define R2S_OPT_READ(NAME, field, type, def, doc)                                                            \
   origin[i] = "default";                                                                                     \
+  from_env[i] = false;                                                                                       \
   if ((v = env_get(env, "R2SOCK_" #NAME)) != NULL) {                                                         \
     if (parse_##type(v, &r2s__opt.field))                                                                    \
-      origin[i] = "environment";                                                                             \
+      origin[i] = "environment", from_env[i] = true;                                                         \
     else                                                                                                     \
       r2s__warn("R2SOCK_" #NAME "=%s is not valid (expected %s); keeping the default", v, accepted_##type);  \
   }                                                                                                          \
@@ -388,6 +538,18 @@ void r2s__options_load(void)
   R2S_OPTIONS(R2S_OPT_READ)
 #undef R2S_OPT_READ
 
+  /* The environment's level governs the file's warnings too. */
+  r2s__log_level = r2s__opt.verbose && r2s__opt.log_level < R2S_LOG_INFO ? R2S_LOG_INFO : r2s__opt.log_level;
+  int rc = load_rules_file(from_env, origin, warn, arg, file);
+  /* R2SOCK_UPGRADE=never in the environment is the switch that makes the
+   * shim a pass-through (README, troubleshooting): no rule overrides it. */
+  if (from_env[R2S_OPT_UPGRADE] && r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER && r2s__rules.n) {
+    r2s__info("R2SOCK_UPGRADE=never: the %u rules of %s do not apply", r2s__rules.n, r2s__rules.file);
+    r2s__rules.overridden = r2s__rules.n;
+    r2s__rules.n = 0;
+    r2s__rules.keys = 0;
+    r2s__rules.may_upgrade = false;
+  }
   if (r2s__opt.stats_file) r2s__opt.stats = true;
   if (r2s__opt.verbose && r2s__opt.log_level < R2S_LOG_INFO) r2s__opt.log_level = R2S_LOG_INFO;
   r2s__log_level = r2s__opt.log_level;
@@ -410,5 +572,9 @@ void r2s__options_load(void)
   i++;
     R2S_OPTIONS(R2S_OPT_PRINT)
 #undef R2S_OPT_PRINT
+    for (uint32_t k = 0; k < r2s__rules.n; k++)
+      r2s__info("rule %s:%u: %s", r2s__rules.file, r2s__rules.rule[k].line,
+                r2s__rule_format(&r2s__rules.rule[k], buf, sizeof buf));
   }
+  return rc;
 }

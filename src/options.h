@@ -11,6 +11,10 @@
  *    and what is accepted) and keeps the default. An unknown R2SOCK_* name
  *  - With R2SOCK_VERBOSE=1 every option is printed with its value and origin,
  *    and R2SOCK_* names that are not options are listed (typos).
+ *  - The rules file (conffile.h, R2SOCK_CONFIG) may set any option but
+ *    CONFIG itself: r2s__options_load() reads the environment first and
+ *    then the file, whose lines set only the options the environment left
+ *    alone (the environment wins).
  */
 #ifndef R2S_OPTIONS_H
 #define R2S_OPTIONS_H
@@ -39,6 +43,7 @@ typedef struct r2s_opt_upgrade_s {
 typedef int r2s_opt_level_t;
 typedef bool r2s_opt_bool_t;
 typedef const char *r2s_opt_string_t;
+typedef const char *r2s_opt_path_t; /* NULL: the option's own default; "": none */
 typedef uint64_t r2s_opt_ringsize_t;
 typedef unsigned r2s_opt_usec_t;
 typedef unsigned r2s_opt_seconds_t; /* 0: the kernel's value (see the option) */
@@ -76,6 +81,13 @@ typedef struct r2s_opt_programs_s {
  * client's timeout). One end that sends no hello keeps both on TCP. */
 #define R2S_SKIP_PROGRAMS_DEFAULT ((r2s_opt_programs_t){1, {"rsync"}})
 
+/* What a rule of the rules file may choose for one connection (rules.h);
+ * a connection no rule matches gets the options' values. */
+typedef struct r2s_policy_s {
+  r2s_opt_upgrade_t upgrade;
+  r2s_opt_transport_t transport;
+} r2s_policy_t;
+
 /* X(NAME, field, type, default, doc) */
 #define R2S_OPTIONS(X)                                                                                       \
   X(LOG, log_level, level, 1,                                                                                \
@@ -106,7 +118,11 @@ typedef struct r2s_opt_programs_s {
   X(TRANSPORT, transport, transport, R2S_TRANSPORT_AUTO,                                                     \
     "auto (shared memory to a local peer, RDMA to a remote one), shm, or rdma (also to a local peer)")       \
   X(DEVICE, device, string, NULL, "the RDMA device to use (e.g. mlx5_0, rxe0) instead of the one that owns the address") \
-  X(GID_INDEX, gid_index, gidindex, -1, "the GID table index to use instead of the one that matches the address")
+  X(GID_INDEX, gid_index, gidindex, -1,                                                                      \
+    "the GID table index to use instead of the one that matches the address")                                \
+  X(CONFIG, config, path, NULL,                                                                              \
+    "the rules file read at start-up: option defaults and per-connection rules (default /etc/r2sock.conf; "  \
+    "empty: none)")
 
 typedef struct r2s_options_s {
 #define R2S_OPT_FIELD(NAME, field, type, def, doc) r2s_opt_##type##_t field;
@@ -116,8 +132,42 @@ typedef struct r2s_options_s {
 
 extern r2s_options_t r2s__opt;
 
-/* Reads the environment into r2s__opt; warnings go to the log. */
+/* The options' indexes, for the rules file: R2S_OPT_<NAME>. */
+typedef enum {
+#define R2S_OPT_INDEX(NAME, field, type, def, doc) R2S_OPT_##NAME,
+  R2S_OPTIONS(R2S_OPT_INDEX)
+#undef R2S_OPT_INDEX
+      R2S_OPT_COUNT
+} r2s_opt_id_t;
+
+/* Reads the environment, then the rules file, into r2s__opt (and the
+ * file's rules into r2s__rules); warnings go to the log. */
 void r2s__options_load(void);
+
+/* One message about the rules file: line 0 for the file as a whole. */
+typedef void r2s_conf_warn_t(void *arg, const char *file, unsigned line, const char *msg);
+/* r2s__options_load for r2sock-rules: every message about the rules file
+ * goes to warn (none to the log, none left out). Returns the file's bad
+ * lines, -errno if it could not be read (a missing default file: 0), and
+ * sets *file to the file read (NULL: none). */
+int r2s__options_load_checked(r2s_conf_warn_t *warn, void *arg, const char **file);
+
+/* The defaults the options give a connection that no rule matches. */
+static inline r2s_policy_t r2s__policy_default(void)
+{
+  return (r2s_policy_t){r2s__opt.upgrade, r2s__opt.transport};
+}
+
+/* The option called name (len bytes, without R2SOCK_, any case), or -1. */
+int r2s__option_find(const char *name, size_t len);
+/* Its name, without R2SOCK_. */
+const char *r2s__option_name(int id);
+/* Parses value as option id into *o, as the environment's value would be:
+ * true, or false with *accepted set to what the option accepts (*o is
+ * then unchanged). A string replaces (and frees) the one *o had. */
+bool r2s__option_parse(r2s_options_t *o, int id, const char *value, const char **accepted);
+/* Frees the strings r2s__option_parse put in *o. */
+void r2s__options_release(r2s_options_t *o);
 
 /* Parsers, exposed for the unit tests: return true and set *out on success,
  * false (and leave *out alone) on a bad value. */
@@ -142,6 +192,7 @@ bool r2s__programs_has(const r2s_opt_programs_t *p, const char *name);
 const char *r2s__format_upgrade(const r2s_opt_upgrade_t *v, char *buf, size_t len);
 const char *r2s__format_ports(const r2s_opt_ports_t *v, char *buf, size_t len);
 const char *r2s__format_programs(const r2s_opt_programs_t *v, char *buf, size_t len);
+const char *r2s__format_transport(const r2s_opt_transport_t *v, char *buf, size_t len);
 
 /* The ring size of a transport: R2SOCK_RING_SIZE, or when it is auto (0)
  * the transport's own. A ring between two cores needs little; an RDMA link

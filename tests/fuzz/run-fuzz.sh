@@ -3,7 +3,7 @@
 # a run never edits the tree and never starts from another run's corpus.
 #   run-fuzz.sh TARGET SEED_DIR WORK_DIR SECONDS [GEN_SEEDS NAME]
 # GEN_SEEDS NAME: also start from what the seed generator writes today for
-# NAME (frame or ring). Fails on any crash, leak, timeout or out-of-memory,
+# NAME (frame or ring; it writes none for the others). Fails on any crash, leak, timeout or out-of-memory,
 # naming the reproducer and showing the report.
 set -euo pipefail
 target=$1 seeds=$2 work=$3 secs=$4 gen=${5:-} name=${6:-}
@@ -12,7 +12,10 @@ mkdir -p "$work/corpus" "$work/artifacts" "$work/gen/frame" "$work/gen/ring"
 cp "$seeds"/* "$work/corpus/"
 if [ -n "$gen" ]; then
   "$gen" "$work/gen/frame" "$work/gen/ring"
-  for f in "$work/gen/$name"/*; do cp "$f" "$work/corpus/gen-$(basename "$f")"; done
+  for f in "$work/gen/$name"/*; do
+    [ -e "$f" ] || continue
+    cp "$f" "$work/corpus/gen-$(basename "$f")"
+  done
 fi
 # UBSan stops at the first report (no recovery in these builds); show where.
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}

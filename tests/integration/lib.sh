@@ -166,6 +166,17 @@ start_server() {
 # server_pid NAME: pid of the `timeout` process wrapping server NAME.
 server_pid() { echo "${R2S_SERVER_PID[$1]}"; }
 
+# child_of PID: the process `timeout` runs (env execs the program in place).
+child_of() {
+  local c deadline=$((SECONDS + 10))
+  while :; do
+    c=$(pgrep -P "$1" | head -n 1) || true
+    [[ -n $c ]] && { echo "$c"; return 0; }
+    ((SECONDS < deadline)) || fail "no child of pid $1 after 10 s"
+    sleep 0.05
+  done
+}
+
 # group_gone PGID: no process of the group is left.
 group_gone() { ! pgrep -g "$1" >/dev/null; }
 

@@ -32,17 +32,6 @@ case ${R2SOCK_UPGRADE:-never} in
 esac
 SEG=/dev/shm/r2s-stat-
 
-# child_of PID: the process `timeout` runs (env execs the program in place).
-child_of() {
-  local c deadline=$((SECONDS + 10))
-  while :; do
-    c=$(pgrep -P "$1" | head -n 1) || true
-    [[ -n $c ]] && { echo "$c"; return 0; }
-    ((SECONDS < deadline)) || fail "no child of pid $1 after 10 s"
-    sleep 0.05
-  done
-}
-
 # data_line PID PORT: the line of `r2sock-stat --once -c -p PID` for the
 # connection to or from PORT that moved the most bytes, as
 # "fd local peer path sent recv"; empty when there is none yet, also when

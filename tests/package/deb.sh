@@ -57,7 +57,7 @@ field() { dpkg-deb -f "$deb" "$1"; }
 log "control: $(field Package) $(field Version) $(field Architecture); Depends: $(field Depends); Recommends: $(field Recommends)"
 
 # Exactly these files, owned by root, the programs executable.
-want="./usr/bin/r2sock-run ./usr/lib/r2sock/libr2sock.so ./usr/lib/r2sock/r2sock-check
+want="./usr/bin/r2sock-run ./usr/lib/r2sock/libr2sock.so ./usr/lib/r2sock/r2sock-check ./usr/lib/r2sock/r2sock-rules
 ./usr/share/man/man1/r2sock-run.1.gz ./usr/share/man/man7/r2sock.7.gz"
 [ "$has_stat" != 1 ] || want="$want ./usr/bin/r2sock-stat ./usr/share/man/man1/r2sock-stat.1.gz"
 want=$(tr ' ' '\n' <<<"$want" | sort)
@@ -66,7 +66,7 @@ got=$(awk '$1 !~ /^d/ {print $6}' "$tmp/contents" | sort)
 [ "$got" = "$want" ] || { diff <(echo "$want") <(echo "$got") || true; fail "file list of the package differs (< expected, > package)"; }
 bad=$(awk '$2 != "root/root" {print $6}' "$tmp/contents")
 [ -z "$bad" ] || fail "files not owned by root/root: $bad"
-for f in ./usr/bin/r2sock-run ./usr/lib/r2sock/r2sock-check ${has_stat/#1/./usr/bin/r2sock-stat}; do
+for f in ./usr/bin/r2sock-run ./usr/lib/r2sock/r2sock-check ./usr/lib/r2sock/r2sock-rules ${has_stat/#1/./usr/bin/r2sock-stat}; do
   [[ $f == ./* ]] || continue
   grep -qE "^-rwxr-xr-x .* $f\$" "$tmp/contents" || fail "$f must be mode 0755"
 done
@@ -119,6 +119,7 @@ fi
 rc=0; "$launcher" --check >"$tmp/check.out" 2>&1 || rc=$?
 [ $rc = 0 ] || { cat "$tmp/check.out"; fail "$launcher --check: exit status $rc, expected 0"; }
 grep -q "found $prefix/lib/r2sock/libr2sock.so" "$tmp/check.out" || { cat "$tmp/check.out"; fail "--check did not find the packaged library"; }
+grep -q "ok    rules file: no bad line" "$tmp/check.out" || { cat "$tmp/check.out"; fail "--check did not check the rules file with the packaged r2sock-rules"; }
 got=$(env -u LD_PRELOAD "$launcher" -- env | grep '^LD_PRELOAD=')
 [ "$got" = "LD_PRELOAD=$prefix/lib/r2sock/libr2sock.so" ] || fail "the program got $got, expected LD_PRELOAD=$prefix/lib/r2sock/libr2sock.so"
 log "$launcher --check: exit 0, library $prefix/lib/r2sock/libr2sock.so"

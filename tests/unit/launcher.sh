@@ -27,6 +27,7 @@ cases=(
   "-v - R2SOCK_VERBOSE=1"
   "--stats - R2SOCK_STATS=1"
   "--stats-file /x/s R2SOCK_STATS_FILE=/x/s"
+  "--config /x/r.conf R2SOCK_CONFIG=/x/r.conf"
 )
 tested=""
 for c in "${cases[@]}"; do
@@ -38,7 +39,8 @@ for c in "${cases[@]}"; do
 done
 # Every option of --help that is not about the launcher itself is covered.
 for opt in $("$launcher" --help | grep -E '^  +-' | grep -oE -- '--[a-z][a-z-]*' | sort -u); do
-  case $opt in --lib|--check|--help) continue ;; esac
+  # (--explain and its --peer, --user, --lport: tests/unit/rules_check.sh)
+  case $opt in --lib|--check|--help|--explain|--peer|--user|--lport) continue ;; esac
   [[ " $tested " == *" $opt "* ]] || fail "option $opt of --help has no case in this test"
 done
 echo "launcher: ${#cases[@]} option cases set their variables"
@@ -51,6 +53,8 @@ san_rt=
 [[ $got == "LD_PRELOAD=$san_rt$(readlink -f "$lib")"*" libfoo.so" ]] || fail "expected LD_PRELOAD=<absolute lib> ... libfoo.so, saw $got"
 got=$(cd "$tmp" && run --stats-file rel.stats -- env | grep '^R2SOCK_STATS_FILE=')
 [ "$got" = "R2SOCK_STATS_FILE=$tmp/rel.stats" ] || fail "a relative --stats-file must become $tmp/rel.stats, saw $got"
+got=$(cd "$tmp" && run --config rel.conf -- env | grep '^R2SOCK_CONFIG=')
+[ "$got" = "R2SOCK_CONFIG=$tmp/rel.conf" ] || fail "a relative --config must become $tmp/rel.conf, saw $got"
 
 # exec: same pid, the program's exit status, death by the program's signal.
 # shellcheck disable=SC2016 # $$ is the program's
@@ -80,7 +84,7 @@ echo "launcher: usage errors exit 2 with a message"
 # also when reached through a symbolic link.
 mkdir -p "$tmp/p/bin" "$tmp/p/lib/r2sock" "$tmp/links"
 cp "$launcher" "$tmp/p/bin/r2sock-run"
-cp "$(dirname "$launcher")/r2sock-check" "$lib" "$tmp/p/lib/r2sock/"
+cp "$(dirname "$launcher")/r2sock-check" "$lib" "$(dirname "$lib")/r2sock-rules" "$tmp/p/lib/r2sock/"
 ln -s "$tmp/p/bin/r2sock-run" "$tmp/links/r2sock-run"
 got=$(env -u LD_PRELOAD "$tmp/links/r2sock-run" -- env | grep '^LD_PRELOAD=')
 [[ $got == "LD_PRELOAD=$tmp/p/lib/r2sock/$(basename "$lib")" || $got == "LD_PRELOAD="*" $tmp/p/lib/r2sock/$(basename "$lib")" ]] ||
@@ -89,6 +93,7 @@ got=$(env -u LD_PRELOAD "$tmp/links/r2sock-run" -- env | grep '^LD_PRELOAD=')
   { cat "$tmp/check.out"; fail "--check of the installed layout: expected exit 0"; }
 grep -q "found $tmp/p/lib/r2sock/" "$tmp/check.out" || fail "--check did not report the installed library"
 grep -q "ok    loads" "$tmp/check.out" || fail "--check did not report that the library loads"
+grep -q "ok    rules file: no bad line" "$tmp/check.out" || fail "--check did not check the rules file"
 echo "launcher: an installed copy finds its library and --check passes"
 
 # --check: 3 when the library is missing or is not r2sock.
