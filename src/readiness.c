@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -226,32 +227,53 @@ static void learn_poll(r2s_conn_t **cs, const struct pollfd *fds, const short *o
   }
 }
 
+/* Arrays sized by the application's set (poll's nfds, the descriptors a
+ * select names) live on the caller's stack up to SMALL_SET entries and on
+ * the heap above, never in a variable-length array: the application
+ * chooses the size, and a stack array it sizes can run past the thread's
+ * stack (a small one, set with pthread_attr_setstacksize) where no error
+ * can be returned. Waits are made for every KiB some applications move
+ * (iperf3's select): the common small one allocates nothing. */
+#define SMALL_SET 32
+
+/* Room for n elements of size bytes: small (small_size bytes) when they
+ * fit, else from malloc; NULL when that fails. Released by scratch_free. */
+static void *scratch(void *small, size_t small_size, size_t n, size_t size)
+{
+  if (n <= small_size / size) return small;
+  return n > SIZE_MAX / size ? NULL : malloc(n * size);
+}
+
+static void scratch_free(void *p, const void *small)
+{
+  if (p != small) free(p);
+}
+
 int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask)
 {
-  r2s_conn_t *small[16], **cs = small;
-  short small_ev[16], *orig = small_ev, small_own[16], *own = small_own;
-  if (n > 16) {
-    cs = calloc(n, sizeof *cs);
-    orig = calloc(n, sizeof *orig);
-    own = calloc(n, sizeof *own);
-    if (!cs || !orig || !own) {
-      free(cs), free(orig), free(own);
-      return -ENOMEM;
-    }
-  }
+  /* Per entry: its carried connection (a reference) or NULL, the events
+   * the application asked for, those its link answers, and the link's
+   * answer in this round. */
+  r2s_conn_t *small_cs[SMALL_SET];
+  short small_orig[SMALL_SET], small_own[SMALL_SET], small_lrev[SMALL_SET];
+  r2s_conn_t **cs = scratch(small_cs, sizeof small_cs, n, sizeof *cs);
+  short *orig = scratch(small_orig, sizeof small_orig, n, sizeof *orig);
+  short *own = scratch(small_own, sizeof small_own, n, sizeof *own);
+  short *lrev = scratch(small_lrev, sizeof small_lrev, n, sizeof *lrev);
+  int rc = -ENOMEM; /* nothing looked at or changed yet: the call can fail whole */
+  if (!cs || !orig || !own || !lrev) goto err_free_scratch;
   nfds_t special = 0;
   for (nfds_t i = 0; i < n; i++) {
     cs[i] = fds[i].fd >= 0 ? carried(fds[i].fd) : NULL;
     orig[i] = fds[i].events;
     special += cs[i] != NULL;
   }
-  int rc = -ENOENT;
+  rc = -ENOENT;
   if (!special) goto out;
   int64_t deadline = -2; /* computed when first needed: a ready answer needs no clock */
   int64_t began = 0;     /* when this call started to wait (spin.h) */
   for (;;) {
     /* What the links know, then the kernel's instant answer for the rest. */
-    short lrev[n ? n : 1];
     for (nfds_t i = 0; i < n; i++) {
       if (!cs[i]) continue;
       lrev[i] = r2s__link_poll(cs[i]->link, fds[i].fd, orig[i], &own[i]);
@@ -323,22 +345,34 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
 out:
   for (nfds_t i = 0; i < n; i++)
     if (cs[i]) r2s__conn_put(cs[i]);
-  if (cs != small) free(cs), free(orig), free(own);
+err_free_scratch:
+  scratch_free(lrev, small_lrev);
+  scratch_free(own, small_own);
+  scratch_free(orig, small_orig);
+  scratch_free(cs, small_cs);
   return rc;
+}
+
+/* The poll events a select's sets ask for on fd. */
+static short select_events(int fd, const fd_set *r, const fd_set *w, const fd_set *e)
+{
+  return (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) | (w && FD_ISSET(fd, w) ? POLLOUT : 0) |
+                 (e && FD_ISSET(fd, e) ? POLLPRI : 0));
 }
 
 int r2s__ready_select(int n, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, const sigset_t *mask)
 {
   if (n < 0 || n > FD_SETSIZE) return -EINVAL;
   /* r2s__ready_poll finds the carried connections (-ENOENT: none, the
-   * sets untouched). A select is made for every KiB some applications
-   * move: no allocation for a small one. */
-  struct pollfd small[64], *p = small;
-  if (n > 64 && !(p = calloc((size_t)n, sizeof *p))) return -ENOMEM;
+   * sets untouched). One pollfd per descriptor named, not per number
+   * below n: a select on one high descriptor needs one. */
   nfds_t k = 0;
+  for (int fd = 0; fd < n; fd++) k += select_events(fd, r, w, e) != 0;
+  struct pollfd small[SMALL_SET], *p = scratch(small, sizeof small, k, sizeof *p);
+  if (!p) return -ENOMEM;
+  k = 0;
   for (int fd = 0; fd < n; fd++) {
-    short ev = (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) | (w && FD_ISSET(fd, w) ? POLLOUT : 0) |
-                       (e && FD_ISSET(fd, e) ? POLLPRI : 0));
+    short ev = select_events(fd, r, w, e);
     if (ev) p[k++] = (struct pollfd){fd, ev, 0};
   }
   int rc = r2s__ready_poll(p, k, timeout_ms, mask);
@@ -363,7 +397,7 @@ int r2s__ready_select(int n, fd_set *r, fd_set *w, fd_set *e, int timeout_ms, co
       rc += rd + wr + ex;
     }
   }
-  if (p != small) free(p);
+  scratch_free(p, small);
   return rc;
 }
 

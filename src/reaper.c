@@ -196,18 +196,28 @@ void r2s__reaper_fork_child(void)
   started = false;
 }
 
-/* Finishes, from the calling thread, the sockets whose peer is done. */
+/* Finishes, from the calling thread, the sockets whose peer is done, and
+ * releases their readers as the reaper thread does: an entry dropped
+ * without it kept its link for good (LeakSanitizer saw the links of the
+ * connections a process finished at exit). The lock is let go around each
+ * release, as in the reaper thread; the entry has left the table by then,
+ * so nobody else reads it. */
 static void sweep_locked(void)
 {
   for (int i = 0; i < nreaped;) {
     struct pollfd p = {reaped[i].fd, POLLIN | POLLRDHUP, 0};
-    if (!mine(&reaped[i])) {
-      reaped[i] = reaped[--nreaped];
-    } else if (r2s__libc.poll(&p, 1, 0) == 1 && drain(&reaped[i])) {
-      r2s__libc.close(p.fd);
-      reaped[i] = reaped[--nreaped];
-    } else {
+    bool lost = !mine(&reaped[i]);
+    if (!lost && !(r2s__libc.poll(&p, 1, 0) == 1 && drain(&reaped[i]))) {
       i++;
+      continue;
+    }
+    if (!lost) r2s__libc.close(p.fd);
+    r2s_reap_reader_t rd = reaped[i].rd;
+    reaped[i] = reaped[--nreaped];
+    if (rd.release) {
+      pthread_mutex_unlock(&lock);
+      rd.release(rd.arg);
+      pthread_mutex_lock(&lock);
     }
   }
 }

@@ -34,8 +34,10 @@
  * application byte of the peer's arrived after the close (the socket is
  * then reset, as TCP answers bytes that reach a closed socket), 0 at the
  * end of the stream or an error, -EAGAIN while nothing more can be told.
- * release() once the socket is done with, from the reaper's thread and
- * outside its lock. With no reader, every byte is dropped. */
+ * release() once the socket is done with, outside the reaper's lock: from
+ * the reaper's thread, or from the exiting thread for the sockets it
+ * finishes itself (r2s__reaper_exit). With no reader, every byte is
+ * dropped. */
 typedef struct r2s_reap_reader_s {
   ssize_t (*read)(void *arg, int fd);
   void (*release)(void *arg);

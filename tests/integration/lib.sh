@@ -41,10 +41,11 @@ if [[ -n $R2SOCK_LIB ]]; then
     ''|tcp|shm|rdma) ;;
     *) fail "R2SOCK_EXPECT_PATH must be tcp, shm or rdma, not '$R2SOCK_EXPECT_PATH'" ;;
   esac
-  # A sanitizer build of the library needs its runtime loaded first
-  # (as tests/progs/run-pair.sh does): R2S_PRELOAD is what goes in LD_PRELOAD.
-  R2S_SANITIZER_RT=$(ldd "$R2SOCK_LIB" 2>/dev/null | awk '/lib[at]san\.so/ { print $3; exit }')
-  R2S_PRELOAD=${R2S_SANITIZER_RT:+$R2S_SANITIZER_RT:}$R2SOCK_LIB
+  # A sanitizer build of the library needs its runtime loaded first:
+  # R2S_PRELOAD is what goes in LD_PRELOAD (tests/preload.sh).
+  # shellcheck source=tests/preload.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/../preload.sh"
+  r2s_preload "$R2SOCK_LIB"
   if [[ $R2S_SANITIZER_RT == *libasan* ]]; then
     # Third-party programs (python, redis, iperf3, socat) leak at exit by
     # design; LeakSanitizer would fail them for it. Memory errors still

@@ -57,13 +57,13 @@ client_env=()
 mode=plain
 if [ -n "${R2SOCK_LIB:-}" ]; then
 	[ -r "$R2SOCK_LIB" ] || { echo "FAIL: R2SOCK_LIB=$R2SOCK_LIB is not readable"; exit 1; }
-	preload=$R2SOCK_LIB
 	# A sanitizer build of the library needs its runtime first in the
-	# initial library list, ahead of the library itself.
-	sanitizer_rt=$(ldd "$R2SOCK_LIB" 2>/dev/null | awk '/lib[at]san\.so/ { print $3; exit }')
-	[ -z "$sanitizer_rt" ] || preload="$sanitizer_rt:$preload"
-	server_env=(env "LD_PRELOAD=$preload" R2SOCK_STATS=1 "R2SOCK_STATS_FILE=$tmp/server.stats")
-	client_env=(env "LD_PRELOAD=$preload" R2SOCK_STATS=1 "R2SOCK_STATS_FILE=$tmp/client.stats")
+	# initial library list, ahead of the library itself (tests/preload.sh).
+	# shellcheck source=tests/preload.sh
+	source "$(dirname "$0")/../preload.sh"
+	r2s_preload "$R2SOCK_LIB"
+	server_env=(env "LD_PRELOAD=$R2S_PRELOAD" R2SOCK_STATS=1 "R2SOCK_STATS_FILE=$tmp/server.stats")
+	client_env=(env "LD_PRELOAD=$R2S_PRELOAD" R2SOCK_STATS=1 "R2SOCK_STATS_FILE=$tmp/client.stats")
 	mode="preload $R2SOCK_LIB"
 fi
 setsid=()

@@ -34,11 +34,13 @@ if [ -z "$LIB" ]; then
   skip "lying peer over RDMA" "R2SOCK_LIB is empty (libr2sock.so not built)"
   if [ "${BASH_SOURCE[0]}" = "$0" ]; then finish; else return 0; fi
 fi
-rt=$(ldd "$LIB" 2>/dev/null | awk '/libasan\.so/ { print $3; exit }')
+# shellcheck source=tests/preload.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../preload.sh"
+r2s_preload "$LIB"
 # LeakSanitizer off: at the end of a failed connection the server exits
 # through stream_check's error path; memory errors still abort.
-[ -n "$rt" ] && export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
-V_ENV=(LD_PRELOAD="${rt:+$rt:}$LIB" R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1 R2SOCK_LOG=info)
+[[ $R2S_SANITIZER_RT == *libasan* ]] && export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+V_ENV=(LD_PRELOAD="$R2S_PRELOAD" R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1 R2SOCK_LOG=info)
 SAN_RE='AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:'
 # the shim's counter (server's stats) and warning each case must leave
 declare -A WHY=(

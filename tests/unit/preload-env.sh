@@ -1,10 +1,13 @@
+# shellcheck shell=bash
 # Sourced by the unit scripts that preload the module: a sanitizer build of
-# the module needs its runtime first in LD_PRELOAD, and the shim's
-# process-long allocations (option strings) are not leaks worth reporting.
-# Sets $preload for: LD_PRELOAD="$preload" program...
+# the module needs its runtime first in LD_PRELOAD (tests/preload.sh), and
+# the shim's process-long allocations (option strings) are not leaks worth
+# reporting. Sets $preload for: LD_PRELOAD="$preload" program...
+# shellcheck source=tests/preload.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../preload.sh"
+# shellcheck disable=SC2034 # preload is for the caller
 r2s_preload_for() {
-  local lib=$1 rt
-  rt=$(ldd "$lib" 2>/dev/null | awk '/lib(asan|tsan)\.so/ {print $3; exit}')
-  preload=${rt:+$rt }$lib
-  [ -z "$rt" ] || export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+  r2s_preload "$1"
+  preload=$R2S_PRELOAD
+  [ -z "$R2S_SANITIZER_RT" ] || export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 }
