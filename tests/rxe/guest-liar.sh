@@ -117,7 +117,7 @@ liar_case() { # NAME EXPECT PORT
 }
 
 LIES=0 HONEST=0 LIARV=0 RUNS=0
-[ -n "$rt" ] && say "liar: the server and the honest client run the ASan build $VB"
+[ -n "$R2S_SANITIZER_RT" ] && say "liar: the server and the honest client run the sanitizer build $VB (${R2S_SANITIZER_RT##*/})"
 port=7300
 while IFS=$'\t' read -r name expect _; do
   [[ $name == rdma-* ]] || continue
