@@ -165,7 +165,7 @@ R2S_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
   r2s_conn_t *c = wrap_lookup(fd);
   /* SO_OOBINLINE before the connection exists (on a listener, or before
    * connect): kept out of the kernel until the peer's hello can no longer
-   * arrive, or the hello would be read as data (link.c applies it then). */
+   * arrive, or the hello would be read as data (link/oob.c applies it then). */
   if (c && level == SOL_SOCKET && name == SO_OOBINLINE && val && len >= sizeof(int) &&
       !(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED)) {
     r2s__conn_set_flag(c, R2S_CONN_OOBINLINE | R2S_CONN_APP_OOB, *(const int *)val != 0);

@@ -419,12 +419,11 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
     c->reason = R2S_REASON_NO_HELLO;
     return;
   }
-  l->on_upgrade = on_upgrade;
-  l->on_upgrade_arg = c;
+  r2s__link_on_upgrade(l, on_upgrade, c);
   __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
   /* After the link is public: a setsockopt racing with this tells the link
    * itself, or left its flag for this. */
-  if (r2s__conn_flags(c) & R2S_CONN_SNDBUF) __atomic_store_n(&l->app_sndbuf, true, __ATOMIC_RELAXED);
+  if (r2s__conn_flags(c) & R2S_CONN_SNDBUF) r2s__link_sized_buffers(l, fd, true);
   r2s__debug("conn %" PRIu32 " fd %d established, hello sent", c->id, fd);
 }
 
@@ -454,7 +453,7 @@ void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected, bool untouched)
     start_link(c, fd, old, known);
     /* Start-up runs alone: nobody else sees the link yet. */
     r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
-    if (l) l->inherited = true;
+    if (l) r2s__link_inherited(l);
   } else if (connected) {
     __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
     __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);

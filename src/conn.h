@@ -142,7 +142,7 @@ static inline void r2s__conn_set_flag(r2s_conn_t *c, uint32_t f, bool on)
 }
 /* True while the kernel alone serves this connection: no link, or a link
  * that settled on plain TCP both ways. The wrappers' fast test: two loads.
- * (The link's first member is its passthrough flag; link.c asserts it.) */
+ * (The link's first member is its passthrough flag; link/internal.h asserts it.) */
 static inline bool r2s__conn_passthrough(const r2s_conn_t *c)
 {
   const int *l = (const int *)__atomic_load_n(&c->link, __ATOMIC_ACQUIRE);

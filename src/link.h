@@ -29,109 +29,17 @@
 #ifndef R2S_LINK_H
 #define R2S_LINK_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "frame.h"
 #include "options.h"
-#include "readahead.h"
-#include "spin.h"
-#include "transport.h"
+
+typedef struct r2s_link_s r2s_link_t;
 
 typedef enum { R2S_RX_PROBE, R2S_RX_PREMARK, R2S_RX_PLAIN, R2S_RX_FRAMES, R2S_RX_RING } r2s_rx_state_t;
 typedef enum { R2S_TX_PROBE, R2S_TX_PLAIN, R2S_TX_FRAMES, R2S_TX_RING } r2s_tx_state_t;
-typedef enum { R2S_FETCH_NONE, R2S_FETCH_ASKED, R2S_FETCH_DONE } r2s_fetch_state_t;
-
-struct r2s_link_s {
-  int passthrough; /* first member (see conn.h): both directions PLAIN */
-  int refs;        /* atomic: the connection's, and the reaper's after a close (r2s__link_close) */
-  pthread_mutex_t rx_lock, tx_lock;
-  int rx_state, tx_state; /* atomic loads on the fast path */
-  int peer_shim;          /* the peer announced itself */
-  int peer_hello;         /* its hello byte once seen (atomic), else 0 */
-  int failed;             /* -errno after a protocol error: the connection is reset */
-  int sock_err;           /* atomic: the socket's error (a reset) that a call of the shim's took from
-                           * the kernel, which reports one once: the application's next call gets it */
-  r2s_policy_t policy;    /* when to switch and which transport to offer: the options', or a rule's */
-
-  /* receive side (rx_lock) */
-  uint64_t rx_consumed;  /* application bytes taken from TCP before the mark */
-  uint32_t rx_data_left; /* bytes left of the current DATA frame */
-  uint8_t rx_hdr[R2S_FRAME_HDR_LEN];
-  uint32_t rx_hdr_len;
-  uint8_t *rx_ctrl; /* payload of the control frame being read */
-  uint32_t rx_ctrl_len, rx_ctrl_need;
-  /* rx_eof and rx_shut are stored atomically: look_ring (link.c) reads them without rx_lock */
-  bool rx_eof;           /* TCP said end of stream (after the ring drains) */
-  int rx_err;            /* ... or this -errno (a reset), reported once */
-  bool rx_plain_pending; /* PLAIN received: after rx_plain_at ring bytes, TCP again */
-  uint64_t rx_plain_at;
-  bool peer_passed_mark;               /* the peer read our handshake (it sent RING or DECLINE) */
-  bool app_oob;                        /* the application uses urgent data */
-  bool app_oobinline;                  /* atomic: ... inline, and the kernel's flag is ours until PLAIN */
-  bool interlude_owed, interlude_sent; /* see send_interlude_locked() */
-  bool app_urgent_sent;                /* the application's own urgent byte went out (tx_lock) */
-  bool rx_shut;                        /* the application shut down reading */
-  bool closing;                        /* the last fd is being closed: no new switch */
-  bool reaped;                         /* atomic: the reaper reads it on after the close */
-  int pump_due;      /* atomic: TCP may hold frames for us (see pump_is_due) */
-  uint32_t idle_looks;
-  int peer_gone;     /* atomic: the peer's socket answered with a reset */
-  bool reset_awaited; /* its close left our bytes unread: its reset was waited for (tx_lock) */
-  bool eof_probed;   /* a frame went out to test a peer that sent its FIN */
-  int64_t alive_checked_at; /* atomic: r2s__now_ns() of the last check_peer_alive */
-  uint32_t bells_read;      /* atomic: DOORBELL frames read, by any thread */
-  uint32_t wait_cap_ms;     /* atomic: stream.c's sleep slice on this link (0: the default) */
-  bool have_peer_hs;
-  r2s_handshake_t peer_hs;
-  bool peer_ready; /* READY received: the peer's end takes our writes */
-  /* The peer's ring by descriptor (try_ring_tx): R2S_FETCH_*, atomic
-   * (awaits_peer reads it without tx_lock); the outcome once DONE, and
-   * attach()'s failure that made us ask, which stands if the fetch fails. */
-  int fetch;
-  int fetch_rc, attach_rc;
-  bool handed;                  /* we answered the peer's FETCH (once) */
-  bool handed_owed;             /* ... and the HANDED frame waits (tx_lock) */
-  r2s_handed_t handed_msg;
-  /* Application bytes read off the socket by a sender that waited for the
-   * peer's control frames behind them; every read takes these first. */
-  r2s_readahead_t rx_ahead;
-
-  /* send side (tx_lock) */
-  uint64_t tx_writes, tx_probe_at;         /* when to look for the peer's hello/handshake next */
-  uint64_t tx_plain_bytes;                 /* sent over plain TCP before the switch */
-  uint64_t tx_frame_bytes;                 /* sent in DATA frames since the last probe */
-  bool no_ring;                            /* the peer's ring cannot be used: DATA frames for good */
-  bool no_offer;                           /* our switch had no ring to offer: the direction is plain */
-  int tcp_nodelay, tcp_cork;               /* the application's, kept aside while we send frames */
-  int64_t framed_at;                       /* when the send direction switched to frames (ns) */
-  bool ring_unsent;                        /* our RING frame is not all in the kernel: nothing goes into the ring */
-  bool plain_unsent;                       /* our PLAIN frame is not all in the kernel: no byte goes behind it */
-  int plain_reason;                        /* why it was sent: r2s_reason_t, for tcp_reason */
-  int tcp_reason;                          /* r2s_reason_t once a direction settled on TCP */
-  void (*on_upgrade)(void *arg, int path); /* first direction into a ring */
-  void *on_upgrade_arg;
-  int upgraded;
-  uint32_t tx_data_left;   /* payload bytes owed to the DATA frame in flight */
-  uint8_t tx_pending[512]; /* control bytes not yet accepted by the kernel */
-  uint32_t tx_pending_len;
-  bool tx_shut;
-  bool tp_connected; /* transport connect() done (or not needed) */
-  bool ready_owed;   /* READY still to be sent */
-  bool hello_owed;   /* accepted: our hello waits for the peer's (greet_locked) */
-  bool inherited;    /* made for a socket inherited across exec untouched: others may hold it */
-  bool app_sndbuf;   /* atomic: the application set SO_SNDBUF (here or on its listener) */
-
-  /* the transport both directions use once agreed */
-  const r2s_transport_t *tp;
-  r2s_tp_state_t *tps;
-
-  r2s_spin_t rx_spin, tx_spin; /* how long waits for our ring / the peer's poll (spin.h) */
-};
-
 /* A link for a freshly established connection, after sending the hello on
  * fd; NULL if the policy says no or the hello could not be sent (the
  * connection then stays plain TCP). An accepted connection (accepted:
@@ -159,10 +67,35 @@ r2s_link_t *r2s__link_start_inline(int fd);
  * switch (and then reads its DATA frames); the send side stays plain. */
 r2s_link_t *r2s__link_adopt(void);
 
+/* Read on every wrapped call: inline, from the struct's first member (an
+ * int, as conn.h reads it too; link/internal.h asserts the layout). */
 static inline bool r2s__link_passthrough(const r2s_link_t *l)
 {
-  return __atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE) != 0;
+  return __atomic_load_n((const int *)l, __ATOMIC_ACQUIRE) != 0;
 }
+
+/* The receive direction's state now (r2s_rx_state_t; it may change right
+ * after): which kernel events carry news for it while it waits. */
+int r2s__link_rx_state(const r2s_link_t *l);
+
+/* DOORBELL frames read on this link so far, by any thread: a sleeper whose
+ * slice ran out compares it with the count before its sleep to tell a
+ * doorbell another thread took (stream.c). */
+uint32_t r2s__link_bells_read(const r2s_link_t *l);
+/* The blocking wait's sleep slice on this link, in ms (0: the default),
+ * kept here so that it carries from one wait to the next (stream.c). */
+uint32_t r2s__link_wait_cap(const r2s_link_t *l);
+void r2s__link_set_wait_cap(r2s_link_t *l, uint32_t ms);
+
+/* Called once the first direction of the connection enters a ring, with
+ * the ring's r2s_path_t; until the reaper takes the link over. Set before
+ * the link is shared. */
+void r2s__link_on_upgrade(r2s_link_t *l, void (*cb)(void *arg, int path), void *arg);
+
+/* The link was made for a socket inherited across exec that no byte ever
+ * left (conn.c): other processes may hold it too, so it begins the
+ * protocol only if it writes first. Before the link is shared. */
+void r2s__link_inherited(r2s_link_t *l);
 
 /* Which way the bytes of one r2s__link_recv or r2s__link_send went: `ring`
  * of them through the transport's ring (on `ring_path`, an r2s_path_t),

@@ -79,7 +79,7 @@ static r2s_conn_t *carried(int fd)
 static short kernel_events_for(r2s_conn_t *c, short want, short owned)
 {
   short ev = (short)(want & ~owned);
-  int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
+  int rx = r2s__link_rx_state(c->link);
   if (owned && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) ev |= POLLIN;
   /* The shim's urgent byte hidden: the peer's replaces it with more bytes
    * (frames, a PLAIN) in front, which wake us to look again. */
@@ -95,7 +95,7 @@ static short kernel_events_for(r2s_conn_t *c, short want, short owned)
  * answer replaces the kernel's POLLIN. Returns the events to report. */
 static short kernel_in(r2s_conn_t *c, int fd, short want, short krev)
 {
-  int rx = __atomic_load_n(&c->link->rx_state, __ATOMIC_ACQUIRE);
+  int rx = r2s__link_rx_state(c->link);
   if (!(krev & want & POLLIN) || (rx != R2S_RX_PROBE && rx != R2S_RX_PREMARK)) return krev;
   r2s__link_pump(c->link, fd);
   short owned, rev = r2s__link_poll(c->link, fd, POLLIN, &owned);
@@ -153,7 +153,7 @@ static bool kernel_look_fresh(uint64_t set)
 
 
 /* A readiness wait polls the rings (waits_polled). Counted here, not in
- * a blocked read's short way (link.c), which runs once per message: a
+ * a blocked read's short way (link/ready.c), which runs once per message: a
  * process-wide counter there would put one cache line shared by every
  * thread on each message's path (stats.h). */
 static void count_polled(void)

@@ -19,7 +19,7 @@
  *    waits for the peer's bytes adapt, and only to replies: a wait that
  *    ends with a stream's worth in the ring (16 KiB) is treated as long,
  *    since its writer is busy and polling would take CPU from it; so is a
- *    writer's wait for room (link.c decides both).
+ *    writer's wait for room (link/ready.c decides both).
  *  - A wait that sleeps lasts at least the sleep's costs, which can exceed
  *    SPIN_MAX_US by themselves (Soft-RoCE under emulation: milliseconds).
  *    So an answered wait of up to 4 times SPIN_MAX_US still sets the budget
@@ -130,7 +130,7 @@ int64_t r2s__spin_nap(r2s_spin_t *s, int64_t waited_ns);
 bool r2s__spin_until(bool (*ready)(void *arg), void *arg, int64_t budget_ns, bool yield_now);
 
 /* The pace of such a loop, for one that looks at a single thing inline
- * (a blocked reader's ring, link.c): under emulation every call and
+ * (a blocked reader's ring, link/ready.c): under emulation every call and
  * callback between two looks lengthened the wait (docs/rdma.md, "A short
  * way for ring reads and writes"). Between looks it pauses, or yields
  * past SPIN_US (from the start with yield_now); the clock, which costs

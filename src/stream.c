@@ -35,10 +35,10 @@
 static void note_slice_expired(r2s_link_t *l, int fd, short events, int cap, uint32_t bells)
 {
   short owned;
-  bool stolen = __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED) != bells &&
+  bool stolen = r2s__link_bells_read(l) != bells &&
                 (r2s__link_poll(l, fd, events, &owned) & owned & events);
   int next = stolen ? STOLEN_CAP_MS : cap < SLEEP_CAP_MS ? cap * 2 : SLEEP_CAP_MS;
-  __atomic_store_n(&l->wait_cap_ms, (uint32_t)(next < SLEEP_CAP_MS ? next : SLEEP_CAP_MS), __ATOMIC_RELAXED);
+  r2s__link_set_wait_cap(l, (uint32_t)(next < SLEEP_CAP_MS ? next : SLEEP_CAP_MS));
 }
 
 typedef struct spin_look_s {
@@ -56,7 +56,7 @@ typedef struct spin_look_s {
  * CPU, a server waiting for its request above all. Those wait in the
  * kernel instead. After the first look, a link whose rings carry the
  * events is asked about its rings only: a full look reads the socket
- * every 64th time (link.c, pump_is_due), and a poll makes hundreds of
+ * every 64th time (link/frames.c, pump_is_due), and a poll makes hundreds of
  * looks, so a 64 B ping-pong paid a failed recvfrom on every second
  * message for a doorbell nobody was asked to send. The socket's frames
  * (PLAIN, a dead peer's end) are read once the poll ends, when the wait
@@ -110,13 +110,13 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
     }
     return 0;
   }
-  uint32_t bells = __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED);
+  uint32_t bells = r2s__link_bells_read(l);
   short ready = r2s__link_arm(l, fd, events);
   if (ready & events) {
     r2s__link_unarm(l, events);
     return 0;
   }
-  int cap = (int)__atomic_load_n(&l->wait_cap_ms, __ATOMIC_RELAXED);
+  int cap = (int)r2s__link_wait_cap(l);
   if (cap <= 0 || cap > SLEEP_CAP_MS) cap = SLEEP_CAP_MS;
   /* Bytes a sender reads ahead leave the socket without waking us: while
    * that can happen (the handshake phase only), sleep in short slices. */
@@ -137,7 +137,7 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
    * (its hello, a DATA frame its application has not read) kept the socket
    * readable, so each of its sleeps returned at once (2,684 of 2,781 of an
    * iperf2 client's sleeps in a 4 s run between two guests). */
-  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  int rx = r2s__link_rx_state(l);
   bool tx_ring = (events & POLLOUT) && r2s__link_tx_in_ring(l);
   short in = (events & POLLIN) ? (short)(POLLIN | (rx == R2S_RX_PROBE ? POLLPRI : 0)) : tx_ring ? POLLIN : 0;
   struct pollfd p = {fd, (short)(in | POLLRDHUP), 0};

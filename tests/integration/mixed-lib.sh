@@ -118,7 +118,7 @@ run_to_at() {
 # NO_OFFER runs an end that may use only RDMA, on a device that does not
 # exist: its switch finds nothing to offer. When its peer switches towards
 # it, it answers with the interlude (HANDSHAKE without offers), and the peer
-# sends its own direction back to plain TCP (src/link.c).
+# sends its own direction back to plain TCP (src/link/attach.c).
 # shellcheck disable=SC2034 # for the caller
 NO_OFFER=(env R2SOCK_TRANSPORT=rdma R2SOCK_DEVICE=r2s-no-such-device)
 
@@ -146,7 +146,7 @@ check_no_offer_answered() {
 # idle-wait and zero-reads need one that stays framed. One does when its end
 # cannot map the peer's ring for a shortage of its own: the peer may still
 # send through ours (and its doorbells need our framed direction), so the
-# direction is not sent back to plain TCP (src/link.c, try_ring_tx). An end
+# direction is not sent back to plain TCP (src/link/attach.c, try_ring_tx). An end
 # run with FRAMER lives under an address-space limit (800 MB) that its own
 # ring fits in and the 1 GiB ring of its peer, run with FRAMED_TO, does not:
 # the mapping fails with ENOMEM. (Until 2026-11-27 the framed direction came

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A wait over sockets whose payload is on kernel TCP sleeps in the kernel at
 # once: only a ring can become ready without the kernel, so polling the
-# rings for such a socket sees nothing sooner (src/link.c,
+# rings for such a socket sees nothing sooner (src/link/ready.c,
 # r2s__link_spin_budget). The server of tests/integration/pingpong_peer.py
 # waits in select() before each request, as iperf3's server does over its
 # control connection, with R2SOCK_SPIN_US=20000 so that a poll would show.

@@ -1,0 +1,201 @@
+/* Urgent data and the TCP options the link shadows: the application's
+ * own urgent bytes, SIOCATMARK and POLLPRI past the shim's marks,
+ * SO_OOBINLINE, and TCP_NODELAY/TCP_CORK while the shim sends frames. */
+#include "internal.h"
+
+#include <netinet/tcp.h>
+
+#include <arpa/inet.h>
+
+#include "libc.h"
+
+#include "tcphist.h"
+
+/* The application's first byte on the connection is urgent, and our
+ * hello is still owed (an accepting end that has not written yet): the
+ * hello goes first, as in front of any first byte of a server that speaks
+ * first, so that the application's byte does not stand at the start of
+ * the stream, where one of a hello's value would pass for it
+ * (lk_shim_urgent_here). Whether the client runs the shim need not be known:
+ * its hello may still be on its way (a nonblocking connect is seen
+ * complete late), and at a plain client the kernel steps over our hello,
+ * unread, when the application's urgent byte replaces it. Only while the
+ * kernel says that no byte ever left: a hello behind bytes would not be
+ * at the start, and, replaced, would be left in the stream as data.
+ * tx_lock held. */
+static void greet_before_urgent_locked(r2s_link_t *l, int fd)
+{
+  if (!l->hello_owed || l->tp || l->interlude_sent || !r2s__tcp_never_sent(fd)) return;
+  const unsigned char hello = lk_hello_byte(l);
+  ssize_t n = lk_ksend(fd, &hello, 1, MSG_OOB);
+  if (n == 1)
+    __atomic_store_n(&l->hello_owed, false, __ATOMIC_RELEASE);
+  else
+    lk_keep_sock_err(l, n);
+}
+
+void r2s__link_app_oob(r2s_link_t *l, int fd)
+{
+  /* Only the send direction can be kept from switching: the peer decides
+   * about the other one, and its switch mark must still be found. If the
+   * peer already switched towards us, it must hear that we passed its mark
+   * (the interlude), or its own urgent data would have to wait forever. */
+  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&l->tx_lock);
+  l->app_oob = true;
+  if (l->tx_state == R2S_TX_PROBE) {
+    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
+    set_tx(l, R2S_TX_PLAIN);
+    if (rx == R2S_RX_FRAMES || rx == R2S_RX_RING) l->interlude_owed = true;
+  }
+  if (fd >= 0) (void)lk_send_interlude_locked(l, fd);
+  lk_settle_plain(l);
+  pthread_mutex_unlock(&l->tx_lock);
+}
+
+int r2s__link_set_oobinline(r2s_link_t *l, int fd, bool on)
+{
+  pthread_mutex_lock(&l->rx_lock);
+  bool kept = l->rx_state != R2S_RX_PLAIN || __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE);
+  if (kept) __atomic_store_n(&l->app_oobinline, on, __ATOMIC_RELEASE);
+  lk_oobinline_to_kernel(l, fd);
+  lk_settle_plain(l);
+  pthread_mutex_unlock(&l->rx_lock);
+  if (kept) return 0;
+  int v = on;
+  return r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v) < 0 ? -errno : 0;
+}
+
+int r2s__link_oobinline(r2s_link_t *l)
+{
+  return __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) ? 1 : -1;
+}
+
+int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  int rc = 0;
+  if (carries_frames(l)) {
+    if (name == TCP_NODELAY)
+      l->tcp_nodelay = v != 0;
+    else
+      l->tcp_cork = v != 0;
+  } else {
+    rc = r2s__libc.setsockopt(fd, IPPROTO_TCP, name, &v, sizeof v);
+  }
+  pthread_mutex_unlock(&l->tx_lock);
+  return rc;
+}
+
+int r2s__link_tcp_opt(r2s_link_t *l, int name)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  int v = !carries_frames(l) ? -1 : name == TCP_NODELAY ? l->tcp_nodelay : l->tcp_cork;
+  pthread_mutex_unlock(&l->tx_lock);
+  return v;
+}
+
+bool r2s__link_urgent_is_shims(r2s_link_t *l, int fd)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN ||
+      __atomic_load_n(&l->rx_plain_pending, __ATOMIC_ACQUIRE))
+    return false;
+  int urg = lk_urgent_peek(fd);
+  return urg >= 0 && lk_shim_urgent_here(fd, urg, -1);
+}
+
+int r2s__link_atmark(r2s_link_t *l, int fd)
+{
+  /* Control frames in front of the application's next byte (a PLAIN frame
+   * above all) are read first: the mark is judged where the application
+   * really is. */
+  lk_pump_from_sender(l, fd, false);
+  pthread_mutex_lock(&l->rx_lock);
+  if (l->rx_state == R2S_RX_RING && l->rx_plain_pending) {
+    size_t want = 1;
+    (void)lk_ring_ends_here(l, &want);
+  }
+  int st = l->rx_state, v = 0;
+  size_t ahead = r2s__readahead_len(&l->rx_ahead);
+  pthread_mutex_unlock(&l->rx_lock);
+  /* Bytes read ahead lie in front of any mark the kernel knows: the
+   * application reaches it only after reading them. */
+  if (ahead) return 0;
+  if ((st == R2S_RX_PLAIN || st == R2S_RX_PROBE || st == R2S_RX_PREMARK) &&
+      r2s__libc.ioctl(fd, SIOCATMARK, &v) < 0)
+    return -errno;
+  /* In PROBE/PREMARK a mark of ours (hello) is not the application's. */
+  if (v && st != R2S_RX_PLAIN) {
+    int urg = lk_urgent_peek(fd);
+    if (urg >= 0 && lk_shim_urgent_here(fd, urg, 1)) v = 0;
+  }
+  return v; /* ring or frames first: the application is not at a mark */
+}
+
+ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, int flags, bool nonblock)
+{
+  pthread_mutex_lock(&l->tx_lock);
+  int st = l->tx_state;
+  greet_before_urgent_locked(l, fd);
+  if (st == R2S_TX_PROBE) {
+    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
+    set_tx(l, R2S_TX_PLAIN);
+    lk_settle_plain(l);
+    st = R2S_TX_PLAIN;
+  }
+  (void)lk_send_interlude_locked(l, fd);
+  if (st == R2S_TX_PLAIN && !l->interlude_sent && !l->interlude_owed) {
+    l->app_urgent_sent = true; /* before it leaves: no interlude may follow */
+    pthread_mutex_unlock(&l->tx_lock);
+    ssize_t n = r2s__libc.send(fd, buf, len, flags);
+    return n < 0 ? -errno : n;
+  }
+  /* The peer must be past our switch mark before a new urgent pointer can
+   * replace it (Linux keeps one): wait for its RING or DECLINE. */
+  while (!l->peer_passed_mark && !FAILED(l)) {
+    /* Our interlude, or its rest, if the socket was full. */
+    if (lk_send_interlude_locked(l, fd) == 0) (void)lk_flush_ctrl(l, fd);
+    pthread_mutex_unlock(&l->tx_lock);
+    lk_pump_from_sender(l, fd, true);
+    pthread_mutex_lock(&l->tx_lock);
+    if (l->peer_passed_mark || FAILED(l)) break;
+    if (nonblock) {
+      pthread_mutex_unlock(&l->tx_lock);
+      return -EAGAIN;
+    }
+    pthread_mutex_unlock(&l->tx_lock);
+    struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+    r2s__libc.poll(&p, 1, 10);
+    pthread_mutex_lock(&l->tx_lock);
+  }
+  ssize_t rc = FAILED(l) ? FAILED(l) : 0;
+  if (!rc && l->tx_data_left) rc = -EAGAIN; /* a DATA frame is half sent */
+  if (!rc && l->tx_state == R2S_TX_PLAIN) { /* after an interlude: nothing to end */
+    l->app_urgent_sent = true;
+    pthread_mutex_unlock(&l->tx_lock);
+    ssize_t n = r2s__libc.send(fd, buf, len, flags);
+    return n < 0 ? -errno : n;
+  }
+  /* Once queued, the PLAIN frame is ours to send, whatever this call
+   * returns: the ring or the frames end where it says (plain_unsent keeps
+   * every other byte out), and the flush that empties the queue turns the
+   * direction plain (lk_flush_ctrl). A retry finds it queued, or gone. */
+  if (!rc && !l->plain_unsent) rc = lk_queue_plain_locked(l, R2S_REASON_APP_OOB);
+  /* The PLAIN frame must be in the socket before the urgent byte. */
+  while (!rc && l->tx_pending_len) {
+    rc = lk_flush_ctrl(l, fd);
+    if (rc == -EAGAIN && !nonblock) {
+      struct pollfd p = {fd, POLLOUT, 0};
+      r2s__libc.poll(&p, 1, 100);
+      rc = 0;
+    }
+  }
+  if (rc) {
+    pthread_mutex_unlock(&l->tx_lock);
+    return rc;
+  }
+  l->app_urgent_sent = true;
+  pthread_mutex_unlock(&l->tx_lock);
+  ssize_t n = r2s__libc.send(fd, buf, len, flags);
+  return n < 0 ? -errno : n;
+}

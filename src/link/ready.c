@@ -1,0 +1,289 @@
+/* Readiness the kernel cannot see (readiness.c, stream.c): what the ring
+ * and the frames say to poll, the edges of EPOLLET, the peer's liveness
+ * behind a full ring, and a wait's spin, nap, arm and learning (spin.h). */
+#include "internal.h"
+
+#include <sys/ioctl.h>
+
+#include "libc.h"
+
+static void check_peer_alive(r2s_link_t *l, int fd);
+
+/* A full ring makes us ask the kernel whether the peer is still there
+ * (check_peer_alive), a system call. A sender that outruns its reader finds
+ * the ring full at almost every look, so between sleeps it asks at most
+ * every ALIVE_CHECK_NS; before a sleep (arming) it always asks. */
+#define ALIVE_CHECK_NS 50000
+
+static bool alive_check_due(r2s_link_t *l, bool arming)
+{
+  int64_t now = r2s__now_ns();
+  if (!arming && now - __atomic_load_n(&l->alive_checked_at, __ATOMIC_RELAXED) < ALIVE_CHECK_NS) return false;
+  __atomic_store_n(&l->alive_checked_at, now, __ATOMIC_RELAXED);
+  return true;
+}
+
+static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool arming)
+{
+  short rev = 0;
+  *owned = 0;
+  if (FAILED(l)) {
+    *owned = events & (POLLIN | POLLOUT);
+    return (short)(POLLERR | (events & (POLLIN | POLLOUT)));
+  }
+  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  if ((events & POLLIN) && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) {
+    *owned |= POLLIN;
+    if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+      /* Control frames up to the next DATA header, or those behind RING
+       * when the ring is empty and a look is due. */
+      if ((l->rx_state == R2S_RX_FRAMES && l->rx_data_left == 0) ||
+          (l->rx_state == R2S_RX_RING && TP(l)->avail(TPS(l)) == 0 && lk_pump_is_due(l)))
+        lk_read_control_locked(l, fd, false);
+      size_t one = 1;
+      if (l->rx_state == R2S_RX_RING && lk_ring_ends_here(l, &one))
+        *owned &= (short)~POLLIN; /* after PLAIN: the kernel's answer stands again */
+      if (FAILED(l))
+        rev |= POLLIN | POLLERR;
+      else if (l->rx_shut || l->rx_eof)
+        rev |= POLLIN | (l->rx_err ? POLLERR : 0);
+      else if (l->rx_state == R2S_RX_RING)
+        rev |= (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))) ? POLLIN : 0;
+      else if (l->rx_data_left) {
+        int q = 0;
+        if (r2s__libc.ioctl(fd, FIONREAD, &q) == 0 && q > 0) rev |= POLLIN;
+      }
+      pthread_mutex_unlock(&l->rx_lock);
+    } else {
+      /* Another thread is reading: report what the ring says; if it is
+       * empty the reader will consume any doorbell. */
+      if (rx == R2S_RX_RING && TP(l)->avail(TPS(l)) != 0) rev |= POLLIN;
+    }
+  }
+  if ((events & POLLIN) && r2s__readahead_len(&l->rx_ahead)) {
+    /* Read ahead: readable although the kernel may hold nothing. */
+    *owned |= POLLIN;
+    rev |= POLLIN;
+  }
+  if ((events & POLLOUT) && r2s__link_tx_in_ring(l)) {
+    *owned |= POLLOUT;
+    ssize_t sp = TP(l)->space(TPS(l));
+    if (sp == 0 && alive_check_due(l, arming)) {
+      check_peer_alive(l, fd);
+      /* It may have read the doorbell that says room came after our look:
+       * look again, or we would sleep through it. */
+      sp = TP(l)->space(TPS(l));
+    }
+    if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE))
+      rev |= POLLOUT | POLLERR;
+    else if (sp != 0)
+      rev |= sp < 0 ? POLLOUT | POLLERR : POLLOUT;
+  }
+  return rev;
+}
+
+short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
+{
+  return link_poll(l, fd, events, owned, false);
+}
+
+bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen)
+{
+  bool ok = false;
+  if (FAILED(l) || __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return false;
+  if (bit == POLLOUT) {
+    if (!r2s__link_tx_in_ring(l) || pthread_mutex_trylock(&l->tx_lock) != 0) return false;
+    ssize_t sp = l->tx_state == R2S_TX_RING ? TP(l)->space(TPS(l)) : -1;
+    if (sp >= 0) *gen = TP(l)->produced(TPS(l)) + (uint64_t)sp, ok = true;
+    pthread_mutex_unlock(&l->tx_lock);
+    return ok;
+  }
+  if (bit != POLLIN || r2s__readahead_len(&l->rx_ahead) || pthread_mutex_trylock(&l->rx_lock) != 0)
+    return false;
+  size_t one = 1;
+  if (l->rx_state == R2S_RX_RING && !l->rx_shut && !l->rx_eof && !lk_ring_ends_here(l, &one)) {
+    ssize_t av = TP(l)->avail(TPS(l));
+    if (av >= 0) {
+      /* The end of the stream is a change too: it must not pass for the
+       * bytes already reported. */
+      *gen = (TP(l)->consumed(TPS(l)) + (uint64_t)av) * 2 + (TP(l)->peer_tx_closed(TPS(l)) ? 1 : 0);
+      ok = true;
+    }
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+  return ok;
+}
+
+/* Our ring to the peer is full. A live peer frees room; a dead one never
+ * will, and shared memory cannot tell the two apart. TCP can: once the
+ * peer's end of stream has come, a frame we send to a closed socket is
+ * answered with a reset, which the kernel reports as POLLERR/POLLHUP;
+ * a peer that only shut down writing just reads the frame. */
+static void check_peer_alive(r2s_link_t *l, int fd)
+{
+  if (__atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return;
+  struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+  if (r2s__libc.poll(&p, 1, 0) < 0) return;
+  /* The control frames the peer sent before its end of stream are read
+   * before that end is believed, whether a pump is due or not, and even if
+   * the application reads no more (its reader stopped at the stream's last
+   * byte, in front of RING): a protocol error among them (a PLAIN past the
+   * ring) must end the connection as one, with its warning, not pass for a
+   * peer that merely went away. While another thread holds rx_lock, the
+   * verdict waits for the next look. */
+  bool ended = (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) != 0;
+  /* Otherwise, when due: a writer that never reads (iperf3's sender) must
+   * still take the doorbells meant for it off the socket, whether the
+   * peer's bytes come in frames or through its ring, or the kernel keeps
+   * calling the socket readable and every later sleep returns at once.
+   * Application bytes in DATA frames in front of them are read ahead
+   * (readahead.h), as for the peer's handshake: iperf2's server sends a
+   * 28-byte reply its client reads only at the end, and when it left
+   * before the server's direction reached the ring, the client's doorbells
+   * lay behind it and its writer's sleeps returned at once (13,000 in a
+   * 3 s run between two guests, each announced to the peer, and half the
+   * throughput). */
+  if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+    int st = l->rx_state;
+    if (ended || ((st == R2S_RX_RING || st == R2S_RX_FRAMES) && lk_pump_is_due(l)))
+      lk_read_control_locked(l, fd, true);
+    pthread_mutex_unlock(&l->rx_lock);
+  } else if (ended) {
+    return;
+  }
+  if (FAILED(l)) return;
+  if (p.revents & (POLLERR | POLLHUP)) {
+    __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
+  } else if ((p.revents & POLLRDHUP) && !l->eof_probed && pthread_mutex_trylock(&l->tx_lock) == 0) {
+    l->eof_probed = true;
+    lk_send_doorbell_locked(l, fd);
+    pthread_mutex_unlock(&l->tx_lock);
+  }
+}
+
+short r2s__link_poll_ring(r2s_link_t *l, short events)
+{
+  short rev = 0;
+  if ((events & POLLIN) && r2s__readahead_len(&l->rx_ahead)) rev |= POLLIN;
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
+      (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))))
+    rev |= POLLIN;
+  if ((events & POLLOUT) && r2s__link_tx_in_ring(l) && TP(l)->space(TPS(l)) != 0) rev |= POLLOUT;
+  return rev;
+}
+
+bool r2s__link_in_rings(r2s_link_t *l, short events)
+{
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING) return false;
+  return !(events & POLLOUT) || r2s__link_tx_in_ring(l);
+}
+
+/* Only waits for the peer's bytes adapt. A writer waits for room when the
+ * reader is slower, and its polling would take CPU from that reader. */
+static bool rx_spin_adapts(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING && TP(l)->adaptive_spin;
+}
+
+/* An answer this large is a stream, not a reply: the writer is busy
+ * filling the ring and polling would only take CPU from it. */
+#define SPIN_STREAM_BYTES (16u << 10)
+
+/* Only a ring can become ready without the kernel: a direction still on
+ * the socket (before the switch, on DATA frames, back to plain TCP) is
+ * woken by the kernel, and polling the rings for it sees nothing sooner.
+ * A wait over such links (iperf3's server in select() over its control
+ * connection, never switched, and a data connection gone plain) polled
+ * R2SOCK_SPIN_US per wait all the same: twice the receiver's CPU on
+ * loopback (iperf3 against a peer with no ring: 88-92 % against 45-49 %). */
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)
+{
+  bool rx_ring = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING;
+  int64_t rx = (events & POLLIN) && rx_ring ? r2s__spin_budget(&l->rx_spin, rx_spin_adapts(l), may_probe) : 0;
+  int64_t tx =
+      (events & POLLOUT) && r2s__link_tx_in_ring(l) ? r2s__spin_budget(&l->tx_spin, false, false) : 0;
+  return rx > tx ? rx : tx;
+}
+
+bool r2s__link_peer_shares_cpu(r2s_link_t *l)
+{
+  return TPS(l) && TP(l)->peer_shares_cpu && TP(l)->peer_shares_cpu(TPS(l));
+}
+
+/* A reader's wait that ended after waited_ns, the ring then holding
+ * `avail` bytes (answered), or not answered. */
+static void learn_rx(r2s_link_t *l, int64_t waited_ns, bool answered, ssize_t avail)
+{
+  bool stream = answered && avail >= (ssize_t)SPIN_STREAM_BYTES;
+  r2s__spin_learn_stream(&l->rx_spin, waited_ns, answered, stream);
+  r2s__spin_learn(&l->rx_spin, stream ? INT64_MAX : waited_ns, answered);
+}
+
+void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered)
+{
+  if (!(events & POLLIN) || !rx_spin_adapts(l)) return;
+  learn_rx(l, waited_ns, answered, answered ? TP(l)->avail(TPS(l)) : 0);
+}
+
+/* What the ring alone says to a reader: bytes (> 0), something else to
+ * read (< 0), nothing (0). Without rx_lock, as r2s__link_poll_ring; the
+ * flags that end a read at once (rx_eof, rx_shut) are stored atomically
+ * for it, under rx_lock. */
+static inline ssize_t look_ring(r2s_link_t *l, const r2s_transport_t *tp, r2s_tp_state_t *tps)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING || r2s__readahead_len(&l->rx_ahead) ||
+      FAILED(l) || __atomic_load_n(&l->rx_eof, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&l->rx_shut, __ATOMIC_ACQUIRE))
+    return -1;
+  ssize_t n = tp->avail(tps);
+  if (n > 0) return n;
+  return n < 0 || tp->peer_tx_closed(tps) ? -1 : 0;
+}
+
+ssize_t r2s__link_await_ring(r2s_link_t *l, bool wait, int64_t *began)
+{
+  const r2s_transport_t *tp = TP(l);
+  r2s_tp_state_t *tps = TPS(l);
+  ssize_t n = look_ring(l, tp, tps);
+  if (n != 0 || !wait) return n;
+  int64_t budget = r2s__link_spin_budget(l, POLLIN, true);
+  if (budget <= 0) return 0;
+  r2s_spin_pace_t pace;
+  r2s__spin_pace_start(&pace, budget, tp->peer_shares_cpu && tp->peer_shares_cpu(tps));
+  while (r2s__spin_pace(&pace)) {
+    n = look_ring(l, tp, tps);
+    if (n != 0) {
+      if (rx_spin_adapts(l)) learn_rx(l, r2s__now_ns() - pace.start, true, n);
+      return n;
+    }
+  }
+  *began = pace.start;
+  return 0;
+}
+
+int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns)
+{
+  if (!(events & POLLIN) || !rx_spin_adapts(l)) return 0;
+  return r2s__spin_nap(&l->rx_spin, waited_ns);
+}
+
+short r2s__link_arm(r2s_link_t *l, int fd, short events)
+{
+  short owned, rev = 0;
+  r2s__link_pump_due(l); /* a doorbell may come: look at the socket again */
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
+    TP(l)->sleep_rx(TPS(l), true);
+  if ((events & POLLOUT) && r2s__link_tx_in_ring(l)) TP(l)->sleep_tx(TPS(l), true);
+  /* Re-check after the flags are visible: a producer that published before
+   * seeing them will not ring, so its bytes must be found now. */
+  rev = link_poll(l, fd, events, &owned, true);
+  return (short)(rev & owned);
+}
+
+void r2s__link_unarm(r2s_link_t *l, short events)
+{
+  if ((events & POLLIN) && TPS(l) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
+    TP(l)->sleep_rx(TPS(l), false);
+  if ((events & POLLOUT) && TPS(l) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
+    TP(l)->sleep_tx(TPS(l), false);
+}

@@ -1,0 +1,291 @@
+/* The receive path: one nonblocking read of the application's stream in
+ * each receive state (in front of the switch mark, DATA frames, the ring,
+ * plain TCP), behind the bytes read ahead. */
+#include "internal.h"
+
+#include <sys/ioctl.h>
+
+#include "iovec.h"
+#include "libc.h"
+
+/* PROBE and PREMARK: application bytes, while watching for the peer's
+ * urgent marks with the peek-then-mark procedure of docs/protocol.md. */
+ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+  ssize_t n = r2s__libc.recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) {
+    n = -errno;
+    if (n != -EAGAIN) return n;
+  }
+  int urg = -EINVAL;
+  int mark = lk_mark_here(fd, &urg);
+  if (mark < 0) return mark;
+  if (urg == -EINVAL && (n <= 0 || l->rx_state == R2S_RX_PROBE)) urg = lk_urgent_peek(fd);
+  /* A reset connection keeps its unread bytes, which plain TCP delivers
+   * before it reports the reset, but the kernel no longer answers for its
+   * urgent byte (ENOTCONN). Bytes in front of the mark are the
+   * application's whatever the mark is; at the mark, the byte itself says
+   * whether frames follow. */
+  if (urg == -ENOTCONN) urg = mark ? lk_urgent_after_reset(fd) : -EINVAL;
+  if (urg < 0 && urg != -EINVAL && urg != -EAGAIN) return urg == -ENOTCONN ? -ECONNRESET : urg;
+  if (urg >= 0 && !lk_note_urgent(l, fd, urg, mark)) {
+    /* Urgent data that is not ours: the peer application uses it. */
+    lk_peer_is_plain(l, fd, R2S_REASON_APP_OOB);
+    return RETRY;
+  }
+  if (urg >= 0 || urg == -EAGAIN) {
+    __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
+    if (l->rx_state == R2S_RX_PROBE) {
+      set_rx(l, R2S_RX_PREMARK);
+      /* A receiver need not wait for its next write to offer its ring: the
+       * peer may be about to send it a large response (rx_lock held, tx_lock
+       * in lock order). */
+      pthread_mutex_lock(&l->tx_lock);
+      (void)lk_greet_locked(l, fd);
+      if (l->tx_state == R2S_TX_PROBE && lk_policy_allows_switch(l) && !l->closing &&
+          lk_switch_tx(l, fd) == 0)
+        l->tx_writes = 0, l->tx_probe_at = 1;
+      pthread_mutex_unlock(&l->tx_lock);
+    }
+  }
+  if (mark) {
+    if (urg == R2S_SWITCH_BYTE) {
+      /* What follows the mark (the n peeked bytes) are frames. */
+      set_rx(l, R2S_RX_FRAMES);
+      return RETRY;
+    }
+    if (urg == -EAGAIN) return -EAGAIN; /* the mark's byte is still coming */
+  } else if (l->rx_state == R2S_RX_PROBE && n > 0 && l->rx_consumed == 0 && urg == -EINVAL) {
+    /* Application bytes at position 0 and no urgent byte before them: the
+     * peer sent no hello (TCP delivers in order), so it is plain. */
+    lk_peer_is_plain(l, fd, R2S_REASON_PEER_PLAIN);
+  }
+  if (n == 0 && !mark) set_rx_eof(l); /* not with a lone hello still to take (r2s__link_close) */
+  if (n <= 0) return n;               /* 0: end of stream; -EAGAIN */
+  if (flags & MSG_PEEK) return n;
+  /* Consume exactly what was peeked: the bytes are already in the
+   * caller's buffer, and no mark can lie inside them. */
+  ssize_t k = lk_krecv(fd, NULL, (size_t)n, MSG_TRUNC);
+  if (k != n) return k < 0 ? k : -EPROTO;
+  __atomic_store_n(&l->rx_consumed, l->rx_consumed + (uint64_t)n, __ATOMIC_RELAXED); /* r2s__link_reason */
+  return n;
+}
+
+/* FRAMES: application bytes are the payloads of DATA frames. */
+static ssize_t rx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  for (;;) {
+    if (l->rx_data_left) {
+      ssize_t n = lk_krecv_iov(fd, iov, cnt, l->rx_data_left, flags & MSG_PEEK);
+      if (n > 0 && !(flags & MSG_PEEK)) l->rx_data_left -= (uint32_t)n;
+      if (n == 0) set_rx_eof(l); /* the peer died inside a frame */
+      return n;
+    }
+    r2s_frame_hdr_t h;
+    int t = lk_read_frame(l, fd, &h);
+    if (t == 0) {
+      set_rx_eof(l);
+      return 0;
+    }
+    if (t < 0) return t;
+    if (t == R2S_FRAME_DATA) {
+      l->rx_data_left = h.len;
+      continue;
+    }
+    int rc = lk_handle_control(l, fd, &h);
+    if (rc) return rc;
+  }
+}
+
+/* After taking bytes out of our ring: a producer waiting for room gets a
+ * doorbell. rx_lock held; tx_lock in order. */
+static void credit_wakeup(r2s_link_t *l, int fd)
+{
+  if (!TP(l)->take_peer_tx_sleeper(TPS(l))) return;
+  pthread_mutex_lock(&l->tx_lock);
+  lk_send_doorbell_locked(l, fd);
+  pthread_mutex_unlock(&l->tx_lock);
+}
+
+/* The peer went back to plain TCP after its ring's first rx_plain_at bytes
+ * (PLAIN frame): the ring is read up to there, then the kernel takes over. */
+bool lk_ring_ends_here(r2s_link_t *l, size_t *want)
+{
+  if (!l->rx_plain_pending) return false;
+  uint64_t consumed = TP(l)->consumed(TPS(l));
+  if (consumed >= l->rx_plain_at) {
+    set_rx(l, R2S_RX_PLAIN);
+    lk_settle_plain(l);
+    return true;
+  }
+  if (*want > l->rx_plain_at - consumed) *want = (size_t)(l->rx_plain_at - consumed);
+  return false;
+}
+
+static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
+{
+  bool peek = (flags & MSG_PEEK) != 0;
+  size_t want = r2s__iov_total(iov, cnt);
+  for (int pass = 0; pass < 2; pass++) {
+    if (lk_ring_ends_here(l, &want)) return RETRY;
+    ssize_t n = TP(l)->get(TPS(l), iov, cnt, want, peek);
+    if (n > 0) {
+      if (!peek) credit_wakeup(l, fd);
+      return n;
+    }
+    if (n < 0) return n;
+    if (TP(l)->peer_tx_closed(TPS(l)) || l->rx_eof) {
+      /* End of stream only once the ring is empty after seeing it. */
+      n = TP(l)->get(TPS(l), iov, cnt, want, peek);
+      if (n == 0 && l->rx_err) {
+        /* The kernel reports its error once, then the end of the stream;
+         * the same error kept for the application (lk_keep_sock_err) is
+         * this one. */
+        n = l->rx_err;
+        l->rx_err = 0;
+        int same = (int)n;
+        __atomic_compare_exchange_n(&l->sock_err, &same, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+      }
+      return n;
+    }
+    /* Only frames read from the socket can change the answer: the ring
+     * is looked at again after a pump, not otherwise. */
+    if (pass > 0 || !lk_pump_is_due(l)) break;
+    int rc = lk_pump_control(l, fd);
+    if (rc < 0) return rc;
+    if (l->rx_plain_pending && lk_ring_ends_here(l, &want)) return RETRY;
+  }
+  return -EAGAIN;
+}
+
+/* One read of the stream as the receive direction's state has it; -EPROTO
+ * and the like lk_fail the link. rx_lock held. */
+static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                             r2s_link_moved_t *mv)
+{
+  ssize_t n;
+  int st = l->rx_state;
+  switch (st) {
+  case R2S_RX_PROBE:
+  case R2S_RX_PREMARK:
+    n = lk_rx_premark(l, fd, iov, cnt, flags);
+    break;
+  case R2S_RX_FRAMES:
+    n = rx_frames(l, fd, iov, cnt, flags);
+    break;
+  case R2S_RX_RING:
+    n = rx_ring(l, fd, iov, cnt, flags);
+    break;
+  default: {
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    lk_oobinline_to_kernel(l, fd);
+    lk_settle_plain(l);
+    n = r2s__libc.recvmsg(fd, &m, flags | MSG_DONTWAIT);
+    if (n < 0) n = -errno;
+    if (n == 0) set_rx_eof(l);
+  }
+  }
+  if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM)
+    lk_fail(l, (int)n,
+            l->rx_state == R2S_RX_RING ? "bad frame or ring index from the peer" : "bad frame from the peer");
+  /* rx_ring hands out ring bytes only; a state it leaves returns RETRY. */
+  if (n > 0 && st == R2S_RX_RING && mv) mv->ring += (size_t)n, mv->ring_path = TP(l)->path;
+  return n;
+}
+
+/* After `got` bytes from the read-ahead buffer, the bytes behind them, as
+ * far as the caller has room: a read returns what is there, and a peek
+ * just before may have seen bytes on both sides of the buffer's end (the
+ * buffer filled between the two, by a sender in another thread). Only
+ * where bytes are known to wait, so that an error or the end of the stream
+ * the kernel reports once is left for the next read. rx_lock held. */
+static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t got, int flags,
+                              r2s_link_moved_t *mv)
+{
+  /* The caller's room is full, or (the same, for a peek) the buffer has
+   * more than it took. */
+  if (got >= r2s__iov_total(iov, cnt) || FAILED(l)) return 0;
+  int queued = 0;
+  bool more = l->rx_state == R2S_RX_RING ? TP(l)->avail(TPS(l)) > 0
+                                         : r2s__libc.ioctl(fd, FIONREAD, &queued) == 0 && queued > 0;
+  if (!more) return 0;
+  struct iovec rest[64];
+  int k = r2s__iov_advance(rest, 64, iov, cnt, got);
+  ssize_t n = recv_by_state(l, fd, rest, k, flags, mv);
+  return n > 0 ? (size_t)n : 0;
+}
+
+ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
+                       r2s_link_moved_t *mv)
+{
+  if (mv) *mv = (r2s_link_moved_t){0};
+  /* Each state reads 0 from below as the end of the stream and keeps it
+   * (rx_eof): an empty read would end the stream for good. */
+  if (r2s__iov_total(iov, cnt) == 0) return -EINVAL;
+  pthread_mutex_lock(&l->rx_lock);
+  ssize_t n;
+  do {
+    if (FAILED(l)) {
+      n = FAILED(l);
+      break;
+    }
+    if (r2s__readahead_len(&l->rx_ahead)) {
+      /* Bytes a sender read ahead come before all the socket or ring hold. */
+      n = (ssize_t)r2s__readahead_take(&l->rx_ahead, iov, cnt, flags & MSG_PEEK);
+      if (n && !r2s__readahead_len(&l->rx_ahead) && l->rx_state == R2S_RX_PLAIN) lk_settle_plain(l);
+      if (n) {
+        n += (ssize_t)recv_past_ahead(l, fd, iov, cnt, (size_t)n, flags, mv);
+        break;
+      }
+    }
+    n = recv_by_state(l, fd, iov, cnt, flags, mv);
+  } while (n == RETRY);
+  if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
+  /* After shutdown(SHUT_RD) TCP still hands out what is queued, then the
+   * end of the stream; it never waits. So do we: bytes already in the ring
+   * (or in TCP) first. A thread that peeked them must be able to read them
+   * even if another thread shut the socket down in between. */
+  if (n == -EAGAIN && l->rx_shut) n = 0;
+  n = lk_give_sock_err(l, n);
+  if (n < 0) lk_settle_plain(l);
+  pthread_mutex_unlock(&l->rx_lock);
+  return n;
+}
+
+ssize_t r2s__link_recv_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
+                            r2s_link_moved_t *mv)
+{
+  ssize_t n = R2S_LINK_SLOW;
+  pthread_mutex_lock(&l->rx_lock);
+  if (l->rx_state == R2S_RX_RING && !FAILED(l) && !l->rx_plain_pending && !r2s__readahead_len(&l->rx_ahead)) {
+    n = TP(l)->get(TPS(l), iov, cnt, want, false);
+    if (n > 0) {
+      credit_wakeup(l, fd);
+      mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
+    } else {
+      n = R2S_LINK_SLOW; /* the end, an error, a bad index: r2s__link_recv's to handle */
+    }
+  }
+  pthread_mutex_unlock(&l->rx_lock);
+  return n;
+}
+
+ssize_t r2s__link_readable(r2s_link_t *l, int fd)
+{
+  int q = 0;
+  ssize_t n;
+  pthread_mutex_lock(&l->rx_lock);
+  if (l->rx_state == R2S_RX_RING) {
+    n = TP(l)->avail(TPS(l));
+  } else if (r2s__libc.ioctl(fd, FIONREAD, &q) < 0) {
+    n = -errno;
+  } else if (l->rx_state == R2S_RX_FRAMES) {
+    n = q < (int)l->rx_data_left ? q : (ssize_t)l->rx_data_left;
+  } else {
+    n = q;
+  }
+  if (n >= 0) n += (ssize_t)r2s__readahead_len(&l->rx_ahead);
+  pthread_mutex_unlock(&l->rx_lock);
+  return n;
+}
