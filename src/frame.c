@@ -6,34 +6,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-static void put16(uint8_t *p, uint16_t v)
-{
-  p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
-}
-static void put32(uint8_t *p, uint32_t v)
-{
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get16(const uint8_t *p)
-{
-  return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
+#include "wire.h"
 
 static uint32_t payload_limit(uint8_t type)
 {
@@ -47,7 +20,7 @@ int r2s__frame_hdr_parse(const uint8_t *buf, size_t n, r2s_frame_hdr_t *out)
   if (n >= 1 && (buf[0] == 0 || buf[0] > R2S_FRAME_TYPE_MAX)) return -EPROTO;
   if ((n >= 3 && buf[2] != 0) || (n >= 4 && buf[3] != 0)) return -EPROTO;
   if (n < R2S_FRAME_HDR_LEN) return -EAGAIN;
-  uint32_t len = get32(buf + 4);
+  uint32_t len = r2s__get32(buf + 4);
   if (len > payload_limit(buf[0])) return -EPROTO;
   out->type = buf[0];
   out->flags = buf[1];
@@ -61,55 +34,55 @@ int r2s__frame_hdr_put(uint8_t *buf, size_t cap, uint8_t type, uint32_t len)
   buf[0] = type;
   buf[1] = 0;
   buf[2] = buf[3] = 0;
-  put32(buf + 4, len);
+  r2s__put32(buf + 4, len);
   return R2S_FRAME_HDR_LEN;
 }
 
 /* HANDSHAKE payload: fixed part, then offers as (kind u8, len u16, body). */
-#define HS_FIXED  (2 + 2 + 4 + 16 + 8)
-#define SHM_BODY  (R2S_SHM_NAME_MAX + 8)
-#define RDMA_BODY (4 + 4 + 16 + 2 + 1 + 8 + 8 + 4 + 8 + 4)
-#define FIT_BODY  8
+#define HS_FIXED (2 + 2 + 4 + 16 + 8)
+
+int r2s__handshake_add_offer(r2s_handshake_t *h, uint8_t kind, const void *body, size_t len)
+{
+  if (r2s__handshake_offer(h, kind, &(size_t){0})) return -EEXIST;
+  if (h->n_offers >= R2S_OFFERS_MAX || len > R2S_OFFER_BODY_MAX) return -ENOSPC;
+  r2s_offer_t *o = &h->offers[h->n_offers++];
+  o->kind = kind;
+  o->len = (uint8_t)len;
+  memcpy(o->body, body, len);
+  return 0;
+}
+
+const uint8_t *r2s__handshake_offer(const r2s_handshake_t *h, uint8_t kind, size_t *len)
+{
+  for (unsigned i = 0; i < h->n_offers && i < R2S_OFFERS_MAX; i++)
+    if (h->offers[i].kind == kind) {
+      *len = h->offers[i].len;
+      return h->offers[i].body;
+    }
+  return NULL;
+}
 
 int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap)
 {
-  bool fit = h->has_rdma && h->rdma.copy_max;
-  size_t len = HS_FIXED + (h->has_shm ? 3 + SHM_BODY : 0) + (h->has_rdma ? 3 + RDMA_BODY : 0) +
-               (fit ? 3 + FIT_BODY : 0);
+  size_t len = HS_FIXED;
+  if (h->n_offers > R2S_OFFERS_MAX) return -EINVAL;
+  for (unsigned i = 0; i < h->n_offers; i++) {
+    if (h->offers[i].len > R2S_OFFER_BODY_MAX) return -EINVAL;
+    len += 3 + h->offers[i].len;
+  }
   if (cap < R2S_FRAME_HDR_LEN + len) return -ENOSPC;
   uint8_t *p = buf + R2S_FRAME_HDR_LEN;
   r2s__frame_hdr_put(buf, cap, R2S_FRAME_HANDSHAKE, (uint32_t)len);
-  put16(p, h->version), put16(p + 2, h->min_version), put32(p + 4, h->caps);
+  r2s__put16(p, h->version), r2s__put16(p + 2, h->min_version), r2s__put32(p + 4, h->caps);
   memcpy(p + 8, h->boot_id, 16);
-  put64(p + 24, h->netns);
+  r2s__put64(p + 24, h->netns);
   p += HS_FIXED;
-  if (h->has_shm) {
-    p[0] = R2S_OFFER_SHM;
-    put16(p + 1, SHM_BODY);
-    memset(p + 3, 0, R2S_SHM_NAME_MAX);
-    size_t nl = strnlen(h->shm.name, R2S_SHM_NAME_MAX - 1);
-    memcpy(p + 3, h->shm.name, nl);
-    put64(p + 3 + R2S_SHM_NAME_MAX, h->shm.ring_size);
-    p += 3 + SHM_BODY;
-  }
-  if (h->has_rdma) {
-    const r2s_offer_rdma_t *r = &h->rdma;
-    p[0] = R2S_OFFER_RDMA;
-    put16(p + 1, RDMA_BODY);
-    uint8_t *q = p + 3;
-    put32(q, r->qpn), put32(q + 4, r->psn);
-    memcpy(q + 8, r->gid, 16);
-    put16(q + 24, r->lid);
-    q[26] = r->mtu;
-    put64(q + 27, r->ring_addr), put64(q + 35, r->ring_size), put32(q + 43, r->ring_rkey);
-    put64(q + 47, r->credit_addr), put32(q + 55, r->credit_rkey);
-    p += 3 + RDMA_BODY;
-  }
-  if (fit) {
-    p[0] = R2S_OFFER_RDMA_FIT;
-    put16(p + 1, FIT_BODY);
-    put64(p + 3, h->rdma.copy_max);
-    p += 3 + FIT_BODY;
+  for (unsigned i = 0; i < h->n_offers; i++) {
+    const r2s_offer_t *o = &h->offers[i];
+    p[0] = o->kind;
+    r2s__put16(p + 1, o->len);
+    memcpy(p + 3, o->body, o->len);
+    p += 3 + o->len;
   }
   return (int)(R2S_FRAME_HDR_LEN + len);
 }
@@ -119,51 +92,27 @@ int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out)
   r2s_handshake_t h;
   memset(&h, 0, sizeof h);
   if (len < HS_FIXED || len > R2S_FRAME_CTRL_MAX) return -EPROTO;
-  h.version = get16(buf), h.min_version = get16(buf + 2), h.caps = get32(buf + 4);
+  h.version = r2s__get16(buf), h.min_version = r2s__get16(buf + 2), h.caps = r2s__get32(buf + 4);
   memcpy(h.boot_id, buf + 8, 16);
-  h.netns = get64(buf + 24);
+  h.netns = r2s__get64(buf + 24);
   if (h.min_version > h.version) return -EPROTO;
   /* Speak the highest version both ends know; today that must be 1. */
   if (h.min_version > R2S_PROTO_VERSION) return -EPROTONOSUPPORT;
   size_t off = HS_FIXED;
-  uint64_t fit = 0; /* a FIT offer's value is never 0 */
+  /* Kinds seen, kept or not: one offer of a kind, as the peer means it. */
+  uint8_t seen[256 / 8] = {0};
   while (off < len) {
     if (len - off < 3) return -EPROTO;
     uint8_t kind = buf[off];
-    size_t blen = get16(buf + off + 1);
-    const uint8_t *b = buf + off + 3;
+    size_t blen = r2s__get16(buf + off + 1);
     if (blen > len - off - 3) return -EPROTO;
-    if (kind == R2S_OFFER_SHM) {
-      if (blen != SHM_BODY || h.has_shm) return -EPROTO;
-      memcpy(h.shm.name, b, R2S_SHM_NAME_MAX);
-      /* The name is used as a path: it must be terminated, start with '/'
-       * and hold no other '/'. */
-      if (h.shm.name[R2S_SHM_NAME_MAX - 1] != 0 || h.shm.name[0] != '/' || strchr(h.shm.name + 1, '/') ||
-          h.shm.name[1] == 0)
-        return -EPROTO;
-      h.shm.ring_size = get64(b + R2S_SHM_NAME_MAX);
-      h.has_shm = 1;
-    } else if (kind == R2S_OFFER_RDMA) {
-      if (blen != RDMA_BODY || h.has_rdma) return -EPROTO;
-      r2s_offer_rdma_t *r = &h.rdma;
-      r->qpn = get32(b), r->psn = get32(b + 4);
-      memcpy(r->gid, b + 8, 16);
-      r->lid = get16(b + 24);
-      r->mtu = b[26];
-      r->ring_addr = get64(b + 27), r->ring_size = get64(b + 35), r->ring_rkey = get32(b + 43);
-      r->credit_addr = get64(b + 47), r->credit_rkey = get32(b + 55);
-      h.has_rdma = 1;
-    } else if (kind == R2S_OFFER_RDMA_FIT) {
-      /* 0 would read as "none sent": the transport checks the value */
-      if (blen != FIT_BODY || fit) return -EPROTO;
-      fit = get64(b);
-      if (fit == 0) return -EPROTO;
-    }
-    /* other kinds: a newer peer's offer we do not know; skip it */
+    if (seen[kind / 8] & (1u << (kind % 8))) return -EPROTO;
+    seen[kind / 8] |= (uint8_t)(1u << (kind % 8));
+    /* Beyond what we keep: a newer peer's, which no transport of ours reads. */
+    if (h.n_offers < R2S_OFFERS_MAX && blen <= R2S_OFFER_BODY_MAX)
+      (void)r2s__handshake_add_offer(&h, kind, buf + off + 3, blen);
     off += 3 + blen;
   }
-  /* A FIT offer means something only beside an RDMA one (in any order). */
-  if (h.has_rdma) h.rdma.copy_max = fit;
   *out = h;
   return 0;
 }
@@ -172,14 +121,14 @@ int r2s__frame_u64_encode(uint8_t type, uint64_t v, uint8_t *buf, size_t cap)
 {
   if (cap < R2S_FRAME_HDR_LEN + 8) return -ENOSPC;
   r2s__frame_hdr_put(buf, cap, type, 8);
-  put64(buf + R2S_FRAME_HDR_LEN, v);
+  r2s__put64(buf + R2S_FRAME_HDR_LEN, v);
   return R2S_FRAME_HDR_LEN + 8;
 }
 
 int r2s__frame_u64_decode(const uint8_t *payload, size_t len, uint64_t *v)
 {
   if (len != 8) return -EPROTO;
-  *v = get64(payload);
+  *v = r2s__get64(payload);
   return 0;
 }
 
@@ -209,7 +158,7 @@ int r2s__handed_encode(const r2s_handed_t *h, uint8_t *buf, size_t cap)
 {
   if (cap < R2S_FRAME_HDR_LEN + HANDED_LEN) return -ENOSPC;
   r2s__frame_hdr_put(buf, cap, R2S_FRAME_HANDED, HANDED_LEN);
-  put64(buf + R2S_FRAME_HDR_LEN, h->status);
+  r2s__put64(buf + R2S_FRAME_HDR_LEN, h->status);
   memcpy(buf + R2S_FRAME_HDR_LEN + 8, h->nonce, R2S_NONCE_LEN);
   return R2S_FRAME_HDR_LEN + HANDED_LEN;
 }
@@ -217,7 +166,7 @@ int r2s__handed_encode(const r2s_handed_t *h, uint8_t *buf, size_t cap)
 int r2s__handed_decode(const uint8_t *payload, size_t len, r2s_handed_t *out)
 {
   if (len != HANDED_LEN) return -EPROTO;
-  out->status = get64(payload);
+  out->status = r2s__get64(payload);
   memcpy(out->nonce, payload + 8, R2S_NONCE_LEN);
   return 0;
 }

@@ -95,7 +95,10 @@ enum {
 #define R2S_RDMA_RECVS     256u
 #define R2S_RDMA_IMM_SLEEP 0x80000000u
 
-/* Transports a handshake may offer. */
+/* Offer kinds: each transport owns its own and encodes and decodes their
+ * bodies itself (transport.h); the handshake carries them as opaque (kind,
+ * length, body). Kinds 128-255 are for transports outside the product
+ * (tests, experiments); a peer skips kinds it does not know. */
 enum {
   R2S_OFFER_SHM = 1,
   R2S_OFFER_RDMA = 2,
@@ -104,39 +107,39 @@ enum {
   R2S_OFFER_RDMA_FIT = 3,
 };
 
-#define R2S_SHM_NAME_MAX 64
+#define R2S_OFFERS_MAX     8
+#define R2S_OFFER_BODY_MAX 96
 
-typedef struct r2s_offer_shm_s {
-  char name[R2S_SHM_NAME_MAX]; /* NUL-terminated shm_open name, "/r2s-..." */
-  uint64_t ring_size;          /* data bytes of the offered receive ring */
-} r2s_offer_shm_t;
-
-typedef struct r2s_offer_rdma_s {
-  uint32_t qpn, psn;
-  uint8_t gid[16];
-  uint16_t lid;
-  uint8_t mtu; /* enum ibv_mtu */
-  uint64_t ring_addr, ring_size;
-  uint32_t ring_rkey;
-  uint64_t credit_addr;
-  uint32_t credit_rkey;
-  uint64_t copy_max; /* from the FIT offer; 0: none was sent */
-} r2s_offer_rdma_t;
+typedef struct r2s_offer_s {
+  uint8_t kind;
+  uint8_t len;
+  uint8_t body[R2S_OFFER_BODY_MAX];
+} r2s_offer_t;
 
 typedef struct r2s_handshake_s {
   uint16_t version, min_version;
   uint32_t caps;
   uint8_t boot_id[16]; /* host identity: same boot id and netns = same host */
   uint64_t netns;
-  unsigned has_shm : 1, has_rdma : 1;
-  r2s_offer_shm_t shm;
-  r2s_offer_rdma_t rdma;
+  uint8_t n_offers;
+  r2s_offer_t offers[R2S_OFFERS_MAX];
 } r2s_handshake_t;
 
-/* The whole HANDSHAKE frame (header included) into buf; returns its length. */
+/* Adds an offer of `kind` with len bytes of body; -EEXIST if the handshake
+ * has one of that kind, -ENOSPC if it has no room. */
+int r2s__handshake_add_offer(r2s_handshake_t *h, uint8_t kind, const void *body, size_t len);
+/* The body of the handshake's offer of `kind` (its length in *len), or
+ * NULL if there is none. */
+const uint8_t *r2s__handshake_offer(const r2s_handshake_t *h, uint8_t kind, size_t *len);
+
+/* The whole HANDSHAKE frame (header included) into buf; returns its length,
+ * -ENOSPC, or -EINVAL for a handshake no add_offer could have made. */
 int r2s__handshake_encode(const r2s_handshake_t *h, uint8_t *buf, size_t cap);
 /* Decodes a HANDSHAKE payload of exactly len bytes (header already parsed).
- * Unknown offer kinds are skipped (forward compatibility). */
+ * Two offers of one kind are a protocol error; offers beyond
+ * R2S_OFFERS_MAX, or with a body longer than R2S_OFFER_BODY_MAX, are
+ * skipped (a newer peer's). What an offer's body says is its transport's
+ * to check (transport.h, check). */
 int r2s__handshake_decode(const uint8_t *buf, size_t len, r2s_handshake_t *out);
 
 /* FETCH: the abstract Unix socket (sun_path bytes, the first one NUL) on

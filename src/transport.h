@@ -2,6 +2,11 @@
  * transport.h - what a transport (shared memory, RDMA) gives the link.
  *
  * Contract:
+ *  - The transports form a registry (transport/registry.c, one line each):
+ *    the link names none of them. It asks the registry which transport
+ *    serves a connection, and a transport's offer, in the HANDSHAKE, is
+ *    opaque to everyone but that transport. A new transport is one file
+ *    with an r2s_transport_t and one line in the registry.
  *  - A transport moves application bytes of one connection, in both
  *    directions, through rings owned by the receivers: each end offers its
  *    receive ring in its HANDSHAKE (offer), and attaches the ring its peer
@@ -58,16 +63,28 @@ typedef struct r2s_tp_conn_s {
 } r2s_tp_conn_t;
 
 typedef struct r2s_transport_s {
-  const char *name;
-  int path; /* r2s_path_t */
+  const char *name; /* as R2SOCK_TRANSPORT and a rule's transport= name it */
+  int path;         /* r2s_path_t: how the statistics count its connections */
   bool needs_ready;
   /* Blocked calls learn how long to poll from their waits (spin.h). */
   bool adaptive_spin;
 
-  /* Creates this end's receive ring and describes it in *hs. */
+  /* How well this transport would serve a connection (conn: its
+   * addresses), for the automatic choice (r2s__transport_choose): 0 when
+   * it should not be chosen unless asked for by name; the highest rank
+   * wins. Shared memory ranks a peer on this host above RDMA, which ranks
+   * every peer. */
+  int (*rank)(const r2s_tp_conn_t *conn);
+  /* Creates this end's receive ring and describes it in *hs: its own
+   * offer (r2s__handshake_add_offer, an offer kind of its own, frame.h),
+   * and capability bits. */
   int (*offer)(r2s_tp_state_t **st, r2s_handshake_t *hs, const r2s_tp_conn_t *conn);
   /* Optional: prepares this end for the peer's writes (see above). */
   int (*connect)(r2s_tp_state_t *st, const r2s_handshake_t *peer);
+  /* Checks the transport's offers in a peer's HANDSHAKE as they arrive:
+   * -EPROTO for a malformed one (the link resets the connection, as for
+   * any lie of the peer's), else 0, whether there is an offer or not. */
+  int (*check)(const r2s_handshake_t *peer);
   /* Can this transport reach a peer that sent *peer (same host for shm)? */
   bool (*reaches)(const r2s_handshake_t *mine, const r2s_handshake_t *peer);
   /* Attaches the peer's ring described in *peer. */
@@ -150,6 +167,13 @@ typedef struct r2s_transport_s {
 
 extern const r2s_transport_t r2s__transport_shm;
 extern const r2s_transport_t r2s__transport_rdma;
+
+/* The transport for a connection (transport/registry.c): the one named
+ * `wanted` (NULL: any), else the one of highest rank above 0; NULL if
+ * none. */
+const r2s_transport_t *r2s__transport_choose(const char *wanted, const r2s_tp_conn_t *conn);
+/* Every transport's check() of a peer's HANDSHAKE: 0 or -EPROTO. */
+int r2s__transports_check(const r2s_handshake_t *peer);
 
 /* At process exit: removes ring names whose creator died (shm.c). */
 void r2s__shm_exit(void);

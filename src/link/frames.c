@@ -31,6 +31,7 @@ static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t le
 {
   if (__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return -EPROTO;
   int rc = r2s__handshake_decode(p, len, &l->peer_hs);
+  if (rc == 0) rc = r2s__transports_check(&l->peer_hs); /* a malformed offer is a lie */
   if (rc < 0) return rc;
   __atomic_store_n(&l->have_peer_hs, true, __ATOMIC_RELEASE);
   __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);

@@ -17,36 +17,9 @@
 
 #include "tcphist.h"
 
-/* Is the peer's address one of this host's (in our network namespace)?
- * Loopback is; otherwise the kernel tells: only a local address can be
- * bound. */
-static bool peer_is_local(const struct sockaddr_storage *peer)
-{
-  if (peer->ss_family == AF_INET) {
-    const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
-    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) return true;
-  } else if (peer->ss_family == AF_INET6) {
-    const struct in6_addr *a = &((const struct sockaddr_in6 *)peer)->sin6_addr;
-    if (IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127)) return true;
-  } else {
-    return false;
-  }
-  int s = r2s__libc.socket(peer->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return true; /* cannot tell: shared memory at least stays on this host */
-  struct sockaddr_storage a = *peer;
-  if (a.ss_family == AF_INET)
-    ((struct sockaddr_in *)&a)->sin_port = 0;
-  else
-    ((struct sockaddr_in6 *)&a)->sin6_port = 0;
-  socklen_t len = a.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-  bool local = r2s__libc.bind(s, (struct sockaddr *)&a, len) == 0;
-  r2s__libc.close(s);
-  return local;
-}
-
-/* R2SOCK_TRANSPORT (or a rule's transport=), or by where the peer is:
- * shared memory on this host, RDMA to another. Fills what the transport
- * may know of the connection. */
+/* R2SOCK_TRANSPORT (or a rule's transport=), or the registry's choice by
+ * where the peer is (transport.h, rank). Fills what the transport may know
+ * of the connection. */
 static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_conn_t *c)
 {
   memset(c, 0, sizeof *c);
@@ -56,14 +29,9 @@ static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_con
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
   (void)r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &ll);
   (void)r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &pl);
-  switch (l->policy.transport) {
-  case R2S_TRANSPORT_SHM:
-    return &r2s__transport_shm;
-  case R2S_TRANSPORT_RDMA:
-    return &r2s__transport_rdma;
-  default:
-    return peer_is_local(&c->peer) ? &r2s__transport_shm : &r2s__transport_rdma;
-  }
+  char name[16];
+  bool named = l->policy.transport != R2S_TRANSPORT_AUTO;
+  return r2s__transport_choose(named ? r2s__format_transport(&l->policy.transport, name, sizeof name) : NULL, c);
 }
 
 /* R2SOCK_UPGRADE (or a rule's upgrade=): at once, or once the connection
@@ -203,9 +171,9 @@ int lk_switch_tx(r2s_link_t *l, int fd)
   r2s_tp_conn_t conn;
   const r2s_transport_t *tp = choose_transport(l, fd, &conn);
   r2s_tp_state_t *st = NULL;
-  int rc = tp->offer(&st, &hs, &conn);
+  int rc = tp ? tp->offer(&st, &hs, &conn) : -ENODEV;
   if (rc < 0) {
-    r2s__debug("no %s ring to offer (%s): sending over TCP", tp->name, strerror(-rc));
+    r2s__debug("no %s ring to offer (%s): sending over TCP", tp ? tp->name : "transport's", strerror(-rc));
     l->tcp_reason = (rc == -ENODEV || rc == -ENOENT) ? R2S_REASON_NO_DEVICE : R2S_REASON_NO_RESOURCES;
     l->no_offer = true;
     set_tx(l, R2S_TX_PLAIN);

@@ -60,6 +60,7 @@
 #include "rdma.h"
 #include "rdma_fit.h"
 #include "rdma_imm.h"
+#include "rdma_offer.h"
 
 #define SQ_DEPTH     256 /* send work requests in flight */
 #define RQ_DEPTH     R2S_RDMA_RECVS /* receives posted for the peer's immediates */
@@ -570,20 +571,24 @@ static int rdma_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_co
   st->wake = conn->wake;
   st->wake_arg = conn->arg;
 
-  hs->has_rdma = 1;
+  r2s_offer_rdma_t o = {
+      .qpn = st->qp->qp_num,
+      .psn = st->psn,
+      .lid = port.lid,
+      .mtu = (uint8_t)port.mtu,
+      .ring_addr = (uintptr_t)st->own_mem,
+      .ring_size = size,
+      .ring_rkey = st->own_mr->rkey,
+      .credit_addr = (uintptr_t)(st->mctl + OFF_CLINE),
+      .credit_rkey = st->credit_mr->rkey,
+      .copy_max = st->copy_max,
+  };
+  memcpy(o.gid, port.gid.raw, 16);
+  if ((rc = r2s__rdma_offer_put(hs, &o)) < 0) {
+    what = "room in the handshake";
+    goto err;
+  }
   hs->caps |= R2S_CAP_RDMA_IMM;
-  r2s_offer_rdma_t *o = &hs->rdma;
-  o->qpn = st->qp->qp_num;
-  o->psn = st->psn;
-  memcpy(o->gid, port.gid.raw, 16);
-  o->lid = port.lid;
-  o->mtu = (uint8_t)port.mtu;
-  o->ring_addr = (uintptr_t)st->own_mem;
-  o->ring_size = size;
-  o->ring_rkey = st->own_mr->rkey;
-  o->credit_addr = (uintptr_t)(st->mctl + OFF_CLINE);
-  o->credit_rkey = st->credit_mr->rkey;
-  o->copy_max = st->copy_max;
   r2s__rdma_track(st, port.dev);
   r2s__debug("RDMA offer: %s port %u gid index %d qpn %u", port.dev->name, port.port, port.gid_index,
              st->qp->qp_num);
@@ -605,17 +610,33 @@ err:
   return rc;
 }
 
+/* Any peer: a device that cannot reach it fails the offer or the connect,
+ * and the connection stays on TCP. */
+static int rdma_rank(const r2s_tp_conn_t *conn)
+{
+  (void)conn;
+  return 1;
+}
+
 static bool rdma_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *peer)
 {
   (void)mine;
-  return peer->has_rdma;
+  r2s_offer_rdma_t o;
+  return r2s__rdma_offer_get(peer, &o) == 1;
+}
+
+static int rdma_check(const r2s_handshake_t *peer)
+{
+  r2s_offer_rdma_t o;
+  return r2s__rdma_offer_get(peer, &o) < 0 ? -EPROTO : 0;
 }
 
 static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 {
   if (foreign(st)) return -ECONNRESET;
-  const r2s_offer_rdma_t *o = &peer->rdma;
-  if (!peer->has_rdma) return -ENOPROTOOPT;
+  r2s_offer_rdma_t offer;
+  const r2s_offer_rdma_t *o = &offer;
+  if (r2s__rdma_offer_get(peer, &offer) != 1) return -ENOPROTOOPT;
   if (o->qpn > 0xffffff || o->psn > 0xffffff || o->mtu < IBV_MTU_256 || o->mtu > IBV_MTU_4096 ||
       !r2s__rdma_ring_size_ok(o->ring_size) || (o->copy_max && !r2s__rdma_ring_size_ok(o->copy_max)))
     return -EPROTO;
@@ -1084,8 +1105,10 @@ const r2s_transport_t r2s__transport_rdma = {
     .needs_ready = true,
     .adaptive_spin = true,
     .flush_waits_for_peer = true,
+    .rank = rdma_rank,
     .offer = rdma_offer,
     .connect = rdma_connect,
+    .check = rdma_check,
     .reaches = rdma_reaches,
     .attach = rdma_attach,
     .seal = rdma_seal,

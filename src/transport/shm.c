@@ -19,6 +19,7 @@
  * consumer reads past the part it knows reserved only after faulting in
  * the step that covers the tail (a producer that wrote there without
  * reserving broke the protocol). */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +41,7 @@
 #include "ring.h"
 #include "transport.h"
 #include "shm_fd.h"
+#include "shm_offer.h"
 
 struct r2s_tp_state_s {
   char name[R2S_SHM_NAME_MAX]; /* this end's segment, until sealed */
@@ -184,10 +186,10 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   r2s__ring_format(st->own_mem, size);
   rc = r2s__ring_attach(&st->own, st->own_mem, size);
   if (rc < 0) goto err_unmap;
-  hs->has_shm = 1;
+  r2s_offer_shm_t o = {.ring_size = size};
+  memcpy(o.name, st->name, sizeof st->name);
+  if ((rc = r2s__shm_offer_put(hs, &o)) < 0) goto err_unmap;
   hs->caps |= R2S_CAP_SHM_FD;
-  memcpy(hs->shm.name, st->name, sizeof st->name);
-  hs->shm.ring_size = size;
   *out = st;
   return 0;
 
@@ -199,9 +201,51 @@ err_free:
   return rc;
 }
 
+/* Is the peer's address one of this host's (in our network namespace)?
+ * Loopback is; otherwise the kernel tells: only a local address can be
+ * bound. */
+static bool peer_is_local(const struct sockaddr_storage *peer)
+{
+  if (peer->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) return true;
+  } else if (peer->ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)peer)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127)) return true;
+  } else {
+    return false;
+  }
+  int s = r2s__libc.socket(peer->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return true; /* cannot tell: shared memory at least stays on this host */
+  struct sockaddr_storage a = *peer;
+  if (a.ss_family == AF_INET)
+    ((struct sockaddr_in *)&a)->sin_port = 0;
+  else
+    ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+  socklen_t len = a.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+  bool local = r2s__libc.bind(s, (struct sockaddr *)&a, len) == 0;
+  r2s__libc.close(s);
+  return local;
+}
+
+/* A peer on this host first; one elsewhere only when asked for by name
+ * (the handshake then finds it unreachable). */
+static int shm_rank(const r2s_tp_conn_t *conn)
+{
+  return peer_is_local(&conn->peer) ? 2 : 0;
+}
+
 static bool shm_reaches(const r2s_handshake_t *mine, const r2s_handshake_t *peer)
 {
-  return peer->has_shm && memcmp(mine->boot_id, peer->boot_id, 16) == 0 && mine->netns == peer->netns;
+  r2s_offer_shm_t o;
+  return r2s__shm_offer_get(peer, &o) == 1 && memcmp(mine->boot_id, peer->boot_id, 16) == 0 &&
+         mine->netns == peer->netns;
+}
+
+static int shm_check(const r2s_handshake_t *peer)
+{
+  r2s_offer_shm_t o;
+  return r2s__shm_offer_get(peer, &o) < 0 ? -EPROTO : 0;
 }
 
 /* The offer's size: a power of two from 4 KiB to 1 GiB. */
@@ -227,15 +271,18 @@ static int take_peer_ring(r2s_tp_state_t *st, void *mem, uint64_t size)
   return 0;
 }
 
-static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
+static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *hs)
 {
-  uint64_t size = peer->shm.ring_size;
-  if (strncmp(peer->shm.name, NAME_PREFIX, strlen(NAME_PREFIX)) != 0) return -EPROTO;
+  r2s_offer_shm_t offer;
+  const r2s_offer_shm_t *peer = &offer;
+  if (r2s__shm_offer_get(hs, &offer) != 1) return -EPROTO;
+  uint64_t size = peer->ring_size;
+  if (strncmp(peer->name, NAME_PREFIX, strlen(NAME_PREFIX)) != 0) return -EPROTO;
   if (!size_ok(size)) return -EPROTO;
   /* Our own ring, offered back to us, would make us our own producer: we
    * would read our own bytes as the peer's. */
-  if (strncmp(peer->shm.name, st->name, R2S_SHM_NAME_MAX) == 0) return -EPROTO;
-  int fd = shm_open(peer->shm.name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+  if (strncmp(peer->name, st->name, R2S_SHM_NAME_MAX) == 0) return -EPROTO;
+  int fd = shm_open(peer->name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
   if (fd < 0) return -errno;
   /* Only a segment made the way shm_offer makes them, by our own user: a
    * peer must not be able to point us at some other shared memory. */
@@ -254,7 +301,7 @@ static int shm_attach(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   /* Both ends hold the ring now: the name has done its job. Unlinking it
    * here, not only when the owner hears of it, leaves nothing behind if
    * the owner dies first. */
-  shm_unlink(peer->shm.name);
+  shm_unlink(peer->name);
   return take_peer_ring(st, mem, size);
 }
 
@@ -330,7 +377,8 @@ static int shm_fetched(r2s_tp_state_t *st, const r2s_handshake_t *peer, const ui
   r2s__shm_fd_unlisten(st->fetch_fd, st->fetch_ino);
   st->fetch_fd = -1;
   if (fd < 0) return fd;
-  uint64_t size = peer->shm.ring_size;
+  r2s_offer_shm_t offer;
+  uint64_t size = r2s__shm_offer_get(peer, &offer) == 1 ? offer.ring_size : 0; /* 0: not size_ok */
   struct stat sb;
   int rc = size_ok(size) ? r2s__shm_fd_check(fd, r2s__ring_bytes(size)) : -EPROTO;
   /* Our own ring, handed back to us, would make us our own producer. */
@@ -580,7 +628,9 @@ static void shm_release(r2s_tp_state_t *st)
 const r2s_transport_t r2s__transport_shm = {
     .name = "shm",
     .path = 1, /* R2S_PATH_SHM */
+    .rank = shm_rank,
     .offer = shm_offer,
+    .check = shm_check,
     .reaches = shm_reaches,
     .attach = shm_attach,
     .seal = shm_seal,

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "frame.h"
+#include "transport/rdma_offer.h"
+#include "transport/shm_offer.h"
 
 #define CHECK(c)                                                                   \
   do {                                                                             \
@@ -38,7 +40,7 @@
  * anything shorter cannot be a handshake. */
 #define HS_FIXED_LEN 32
 /* Larger than any handshake this encoder can produce (fixed + two offers). */
-#define HS_ENCODE_MAX 512
+#define HS_ENCODE_MAX 1024
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -210,34 +212,55 @@ static void decode_handed(const uint8_t *p, size_t len)
 
 /* ---- handshakes ------------------------------------------------------- */
 
-/* The shm name is a C string: bytes after its NUL carry no meaning and are
- * not sent, so equality stops at the NUL. */
+/* Two handshakes say the same: the fixed part, and the same offers in the
+ * same order, byte for byte. */
 static int hs_equal(const r2s_handshake_t *a, const r2s_handshake_t *b)
 {
   if (a->version != b->version || a->min_version != b->min_version || a->caps != b->caps ||
-      memcmp(a->boot_id, b->boot_id, sizeof a->boot_id) != 0 || a->netns != b->netns ||
-      a->has_shm != b->has_shm || a->has_rdma != b->has_rdma)
+      memcmp(a->boot_id, b->boot_id, sizeof a->boot_id) != 0 || a->netns != b->netns || a->n_offers != b->n_offers)
     return 0;
-  if (a->has_shm && (strncmp(a->shm.name, b->shm.name, R2S_SHM_NAME_MAX) != 0 ||
-                     a->shm.ring_size != b->shm.ring_size))
-    return 0;
-  if (a->has_rdma) {
-    const r2s_offer_rdma_t *x = &a->rdma, *y = &b->rdma;
-    if (x->qpn != y->qpn || x->psn != y->psn || memcmp(x->gid, y->gid, sizeof x->gid) != 0 ||
-        x->lid != y->lid || x->mtu != y->mtu || x->ring_addr != y->ring_addr ||
-        x->ring_size != y->ring_size || x->ring_rkey != y->ring_rkey ||
-        x->credit_addr != y->credit_addr || x->credit_rkey != y->credit_rkey)
-      return 0;
+  for (unsigned i = 0; i < a->n_offers; i++) {
+    const r2s_offer_t *x = &a->offers[i], *y = &b->offers[i];
+    if (x->kind != y->kind || x->len != y->len || memcmp(x->body, y->body, x->len) != 0) return 0;
   }
   return 1;
 }
 
-/* What the decoder promises to accept as a shm name (frame.c: used as a
+/* What the shm transport promises to accept as a name (used as a
  * shm_open path). */
 static int shm_name_ok(const char *name)
 {
   size_t n = strnlen(name, R2S_SHM_NAME_MAX);
   return n < R2S_SHM_NAME_MAX && n >= 2 && name[0] == '/' && memchr(name + 1, '/', n - 1) == NULL;
+}
+
+/* The transports' readings of a decoded handshake's offers: only the
+ * documented codes, a shm name that is a safe path, and offers that
+ * re-encode to what was read. */
+static void check_offers(const r2s_handshake_t *h)
+{
+  r2s_offer_shm_t shm;
+  r2s_offer_rdma_t rdma;
+  int s = r2s__shm_offer_get(h, &shm), r = r2s__rdma_offer_get(h, &rdma);
+  CHECK(s == 0 || s == 1 || s == -EPROTO);
+  CHECK(r == 0 || r == 1 || r == -EPROTO);
+  if (s == 1) {
+    CHECK(shm_name_ok(shm.name));
+    r2s_handshake_t again;
+    r2s_offer_shm_t back;
+    memset(&again, 0, sizeof again);
+    CHECK(r2s__shm_offer_put(&again, &shm) == 0);
+    CHECK(r2s__shm_offer_get(&again, &back) == 1);
+    CHECK(strcmp(back.name, shm.name) == 0 && back.ring_size == shm.ring_size);
+  }
+  if (r == 1) {
+    r2s_handshake_t again;
+    r2s_offer_rdma_t back;
+    memset(&again, 0, sizeof again);
+    CHECK(r2s__rdma_offer_put(&again, &rdma) == 0);
+    CHECK(r2s__rdma_offer_get(&again, &back) == 1);
+    CHECK(memcmp(&back, &rdma, sizeof back) == 0);
+  }
 }
 
 static int hs_decode(const uint8_t *p, size_t len, r2s_handshake_t *out)
@@ -259,7 +282,12 @@ static int hs_decode(const uint8_t *p, size_t len, r2s_handshake_t *out)
     CHECK(out->version == ver && out->min_version == min);
     CHECK(out->caps == le32(p + 4) && out->netns == le64(p + 24));
     CHECK(memcmp(out->boot_id, p + 8, 16) == 0);
-    if (out->has_shm) CHECK(shm_name_ok(out->shm.name));
+    CHECK(out->n_offers <= R2S_OFFERS_MAX);
+    for (unsigned i = 0; i < out->n_offers; i++) {
+      CHECK(out->offers[i].len <= R2S_OFFER_BODY_MAX);
+      for (unsigned j = 0; j < i; j++) CHECK(out->offers[i].kind != out->offers[j].kind);
+    }
+    check_offers(out);
   }
   return rc;
 }
@@ -306,26 +334,30 @@ static void decode_handshake(const uint8_t *p, size_t len)
 }
 
 /* A handshake struct straight from input bytes: exercises the encoder on
- * values no decoder produced (long names, odd versions). */
+ * values no decoder produced (odd versions, any offer bodies). */
 static void encode_from_bytes(const uint8_t *data, size_t size)
 {
   r2s_handshake_t h;
-  if (size < sizeof h + 1) return;
+  if (size < sizeof h) return;
   memcpy(&h, data, sizeof h);
-  uint8_t flags = data[sizeof h];
-  h.has_shm = flags & 1;
-  h.has_rdma = flags >> 1 & 1;
   uint8_t big[HS_ENCODE_MAX];
   int n = r2s__handshake_encode(&h, big, sizeof big);
+  /* Only what add_offer could have made is encoded. */
+  int sane = h.n_offers <= R2S_OFFERS_MAX;
+  for (unsigned i = 0; sane && i < h.n_offers; i++) sane = h.offers[i].len <= R2S_OFFER_BODY_MAX;
+  if (!sane) {
+    CHECK(n == -EINVAL);
+    return;
+  }
   CHECK(n >= R2S_FRAME_HDR_LEN + HS_FIXED_LEN && n <= HS_ENCODE_MAX);
   uint8_t *pl = dup_exact(big + R2S_FRAME_HDR_LEN, (size_t)n - R2S_FRAME_HDR_LEN);
   r2s_handshake_t d;
   int rc = hs_decode(pl, (size_t)n - R2S_FRAME_HDR_LEN, &d);
   free(pl);
-  /* The encoder sends at most 63 name bytes; compare with what was sent. */
-  h.shm.name[R2S_SHM_NAME_MAX - 1] = 0;
-  int valid = h.min_version <= h.version && h.min_version <= R2S_PROTO_VERSION &&
-              (!h.has_shm || shm_name_ok(h.shm.name));
+  int distinct = 1;
+  for (unsigned i = 0; i < h.n_offers; i++)
+    for (unsigned j = 0; j < i; j++) distinct &= h.offers[i].kind != h.offers[j].kind;
+  int valid = h.min_version <= h.version && h.min_version <= R2S_PROTO_VERSION && distinct;
   CHECK(valid == (rc == 0));
   if (rc == 0) {
     CHECK(hs_equal(&h, &d));

@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "frame.h"
+#include "transport/rdma_offer.h"
+#include "transport/shm_offer.h"
 #include "ring_script.h"
 
 static const char *frame_dir, *ring_dir;
@@ -49,20 +51,26 @@ static r2s_handshake_t sample_handshake(int shm, int rdma)
   h.caps = 0x3;
   for (int i = 0; i < 16; i++) h.boot_id[i] = (uint8_t)(0x10 + i);
   h.netns = 4026531840u; /* the usual init netns inode */
-  h.has_shm = shm ? 1 : 0;
-  h.has_rdma = rdma ? 1 : 0;
-  snprintf(h.shm.name, sizeof h.shm.name, "/r2s-1234-5678");
-  h.shm.ring_size = 1u << 20;
-  h.rdma.qpn = 0x11a;
-  h.rdma.psn = 0x5a5a5a;
-  for (int i = 0; i < 16; i++) h.rdma.gid[i] = (uint8_t)(i == 10 || i == 11 ? 0xff : i > 11 ? 10 + i : 0);
-  h.rdma.lid = 0;
-  h.rdma.mtu = 3; /* IBV_MTU_1024 */
-  h.rdma.ring_addr = 0x7f0000100000ull;
-  h.rdma.ring_size = 1u << 20;
-  h.rdma.ring_rkey = 0x1234;
-  h.rdma.credit_addr = 0x7f0000200040ull;
-  h.rdma.credit_rkey = 0x5678;
+  if (shm) {
+    r2s_offer_shm_t o = {.ring_size = 1u << 20};
+    snprintf(o.name, sizeof o.name, "/r2s-1234-5678");
+    if (r2s__shm_offer_put(&h, &o) < 0) die("shm_offer_put");
+  }
+  if (rdma) {
+    r2s_offer_rdma_t o = {
+        .qpn = 0x11a,
+        .psn = 0x5a5a5a,
+        .lid = 0,
+        .mtu = 3, /* IBV_MTU_1024 */
+        .ring_addr = 0x7f0000100000ull,
+        .ring_size = 1u << 20,
+        .ring_rkey = 0x1234,
+        .credit_addr = 0x7f0000200040ull,
+        .credit_rkey = 0x5678,
+    };
+    for (int i = 0; i < 16; i++) o.gid[i] = (uint8_t)(i == 10 || i == 11 ? 0xff : i > 11 ? 10 + i : 0);
+    if (r2s__rdma_offer_put(&h, &o) < 0) die("rdma_offer_put");
+  }
   return h;
 }
 

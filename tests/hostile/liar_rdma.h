@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 
 #include "frame.h"
+#include "transport/rdma_offer.h"
 
 typedef struct liar_rdma_s liar_rdma_t;
 

@@ -39,6 +39,8 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "transport/shm_offer.h"
+#include "transport/rdma_offer.h"
 #include "liar_rdma.h"
 #include "ring.h"
 #include "sc_net.h"
@@ -74,6 +76,9 @@ typedef struct liar_s {
   bool got_hs, got_ring, got_decline;
   bool rx_plain; /* after the server's PLAIN frame: raw TCP again */
   r2s_handshake_t peer_hs;
+  r2s_offer_shm_t peer_shm;   /* its offers, as the transports read them */
+  r2s_offer_rdma_t peer_rdma; /* (zero where it made none) */
+  bool peer_offered;          /* ... of the transport this case speaks */
   /* frames bytes waiting to be sent */
   uint8_t tbuf[(1 << 16) + 64];
   size_t tlen;
@@ -177,6 +182,14 @@ static void host_identity(uint8_t boot_id[16], uint64_t *netns)
   *netns = sb.st_ino;
 }
 
+/* Our shared-memory offer: the ring named `name`, of size bytes. */
+static void shm_offer(r2s_handshake_t *h, const char *name, uint64_t size)
+{
+  r2s_offer_shm_t o = {.ring_size = size};
+  memcpy(o.name, name, sizeof o.name);
+  (void)r2s__shm_offer_put(h, &o);
+}
+
 /* The HANDSHAKE this end sends: the peer's host identity (so shared memory
  * reaches), our ring if offer is set. */
 static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
@@ -187,13 +200,13 @@ static int make_handshake(liar_t *l, bool offer, uint8_t *buf, size_t cap)
   h.caps = l->caps;
   host_identity(h.boot_id, &h.netns);
   if (offer && l->rd) {
-    h.has_rdma = 1;
-    lr_offer(l->rd, &h.rdma);
-    if (l->bend) l->bend(&h.rdma);
+    r2s_offer_rdma_t o;
+    memset(&o, 0, sizeof o);
+    lr_offer(l->rd, &o);
+    if (l->bend) l->bend(&o);
+    (void)r2s__rdma_offer_put(&h, &o);
   } else if (offer) {
-    h.has_shm = 1;
-    memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
-    h.shm.ring_size = IN_RING_SIZE;
+    shm_offer(&h, l->in_name, IN_RING_SIZE);
   }
   return r2s__handshake_encode(&h, buf, cap);
 }
@@ -251,14 +264,14 @@ static int map_out_ring(liar_t *l)
     l->out_on = true;
     return 0;
   }
-  int fd = shm_open(l->peer_hs.shm.name, O_RDWR, 0);
+  int fd = shm_open(l->peer_shm.name, O_RDWR, 0);
   if (fd < 0) return -errno;
-  l->out_len = r2s__ring_bytes(l->peer_hs.shm.ring_size);
+  l->out_len = r2s__ring_bytes(l->peer_shm.ring_size);
   l->out_mem = mmap(NULL, l->out_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (l->out_mem == MAP_FAILED) return -errno;
-  shm_unlink(l->peer_hs.shm.name);
-  if (r2s__ring_attach(&l->out, l->out_mem, l->peer_hs.shm.ring_size) < 0) return -EINVAL;
+  shm_unlink(l->peer_shm.name);
+  if (r2s__ring_attach(&l->out, l->out_mem, l->peer_shm.ring_size) < 0) return -EINVAL;
   l->out_on = true;
   return 0;
 }
@@ -316,6 +329,10 @@ static bool parse(liar_t *l)
     uint64_t v = 0;
     if (h.type == R2S_FRAME_HANDSHAKE) {
       if (r2s__handshake_decode(pl, h.len, &l->peer_hs) < 0) return false;
+      int shm = r2s__shm_offer_get(&l->peer_hs, &l->peer_shm);
+      int rdma = r2s__rdma_offer_get(&l->peer_hs, &l->peer_rdma);
+      if (shm < 0 || rdma < 0) return false;
+      l->peer_offered = l->rd ? rdma == 1 : shm == 1;
       l->got_hs = true;
     } else if (h.type == R2S_FRAME_RING) {
       if (r2s__frame_u64_decode(pl, h.len, &v) < 0 || v != 0 || !l->in_offered) return false;
@@ -557,7 +574,7 @@ static bool hello(liar_t *l)
 
 static bool await_hs(liar_t *l)
 {
-  return run_until(l, have_hs, 10) && (l->rd ? l->peer_hs.has_rdma : l->peer_hs.has_shm);
+  return run_until(l, have_hs, 10) && l->peer_offered;
 }
 
 /* Our switch mark and an honest HANDSHAKE (with our ring if offer). */
@@ -716,12 +733,12 @@ static int fetch_server_ring(liar_t *l)
   int fd = take_ring_fd(l->fetch_lfd, l->handed.nonce);
   close(l->fetch_lfd);
   l->fetch_lfd = -1;
-  size_t bytes = r2s__ring_bytes(l->peer_hs.shm.ring_size);
+  size_t bytes = r2s__ring_bytes(l->peer_shm.ring_size);
   if (fd < 0) fprintf(stderr, "lying_peer: no message with the HANDED nonce and one descriptor came\n");
   if (fd < 0 || !ring_fd_ok(fd, bytes)) goto err_close;
   /* The owner moved its ring out of the named segment: the name must be
    * gone, or anyone of its user could still open the ring. */
-  int named = shm_open(l->peer_hs.shm.name, O_RDWR, 0);
+  int named = shm_open(l->peer_shm.name, O_RDWR, 0);
   if (named >= 0 || errno != ENOENT) {
     fprintf(stderr, "lying_peer: the server's segment can still be opened by name after it handed it over\n");
     if (named >= 0) close(named);
@@ -729,7 +746,7 @@ static int fetch_server_ring(liar_t *l)
   }
   l->out_len = bytes;
   l->out_mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (l->out_mem == MAP_FAILED || r2s__ring_attach(&l->out, l->out_mem, l->peer_hs.shm.ring_size) < 0) {
+  if (l->out_mem == MAP_FAILED || r2s__ring_attach(&l->out, l->out_mem, l->peer_shm.ring_size) < 0) {
     fprintf(stderr, "lying_peer: cannot map the server's ring: %s\n", strerror(errno));
     goto err_close;
   }
@@ -820,9 +837,7 @@ static void offer_by_fd(liar_t *l, uint64_t ring_size)
   h.caps = l->caps = R2S_CAP_SHM_FD;
   host_identity(h.boot_id, &h.netns);
   in_ring_name(l);
-  h.has_shm = 1;
-  memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
-  h.shm.ring_size = ring_size;
+  shm_offer(&h, l->in_name, ring_size);
   uint8_t buf[256];
   int n = r2s__handshake_encode(&h, buf, sizeof buf);
   send_urgent(l, R2S_SWITCH_BYTE);
@@ -1020,8 +1035,8 @@ static void bent_offer(liar_t *l, const char *kase)
      * answers our hello alone */
     if (!await_hs(l)) sc_die(SC_EXIT_FAIL, "lying_peer: no handshake from the server");
     make = false;
-    memcpy(l->in_name, l->peer_hs.shm.name, sizeof l->in_name);
-    ring_size = l->peer_hs.shm.ring_size;
+    memcpy(l->in_name, l->peer_shm.name, sizeof l->in_name);
+    ring_size = l->peer_shm.ring_size;
   }
   char target[R2S_SHM_NAME_MAX];
   if (strcmp(kase, "name-symlink") == 0) {
@@ -1044,9 +1059,7 @@ static void bent_offer(liar_t *l, const char *kase)
   memset(&h, 0, sizeof h);
   h.version = h.min_version = R2S_PROTO_VERSION;
   host_identity(h.boot_id, &h.netns);
-  h.has_shm = 1;
-  memcpy(h.shm.name, l->in_name, sizeof h.shm.name);
-  h.shm.ring_size = ring_size;
+  shm_offer(&h, l->in_name, ring_size);
   uint8_t buf[256];
   int n = r2s__handshake_encode(&h, buf, sizeof buf);
   send_urgent(l, R2S_SWITCH_BYTE);
@@ -1206,7 +1219,7 @@ static bool honest_rdma(liar_t *l)
   if (!hello(l)) return false;
   switch_mark(l, true);
   l->tx_on = false;
-  if (!await_hs(l) || lr_connect(l->rd, &l->peer_hs.rdma) < 0) return false;
+  if (!await_hs(l) || lr_connect(l->rd, &l->peer_rdma) < 0) return false;
   send_hdr(l, R2S_FRAME_READY, 0);
   if (!run_until(l, have_ready, 10) || map_out_ring(l) < 0) return false;
   send_u64(l, R2S_FRAME_RING, 0);
@@ -1589,7 +1602,7 @@ static enum expect handed_case(liar_t *l, const char *kase, const struct run_opt
       *ok = false;
       return EXPECT_VERIFIED;
     }
-    ring_size = l->peer_hs.shm.ring_size;
+    ring_size = l->peer_shm.ring_size;
   }
   offer_by_fd(l, ring_size);
   if (IS("handed-own-ring")) {

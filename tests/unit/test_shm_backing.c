@@ -23,6 +23,7 @@
 #include "libc.h"
 #include "ring.h"
 #include "transport.h"
+#include "transport/shm_offer.h"
 
 #define RING  (512u << 10) /* the default shared-memory ring */
 #define FIRST (64u << 10)  /* what its owner reserves */
@@ -44,8 +45,10 @@ static void make_pair(pair_t *p)
   conn.fd = -1;
   assert_int_equal(tp->offer(&p->a, &ha, &conn), 0);
   assert_int_equal(tp->offer(&p->b, &hb, &conn), 0);
-  assert_int_equal(hb.shm.ring_size, RING);
-  p->fd_b = shm_open(hb.shm.name, O_RDWR, 0);
+  r2s_offer_shm_t ob;
+  assert_int_equal(r2s__shm_offer_get(&hb, &ob), 1);
+  assert_int_equal(ob.ring_size, RING);
+  p->fd_b = shm_open(ob.name, O_RDWR, 0);
   assert_true(p->fd_b >= 0);
   assert_int_equal(tp->attach(p->a, &hb), 0);
   assert_int_equal(tp->attach(p->b, &ha), 0);
