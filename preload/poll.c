@@ -7,6 +7,7 @@
 #include <sys/select.h>
 #include <unistd.h>
 
+#include "link.h"
 #include "readiness.h"
 #include "wrap.h"
 

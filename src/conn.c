@@ -92,13 +92,6 @@ bool r2s__is_tcp(int domain, int type, int protocol)
          (protocol == 0 || protocol == IPPROTO_TCP);
 }
 
-int r2s__sockopt_int(int fd, int name)
-{
-  int v = -1;
-  socklen_t len = sizeof v;
-  return r2s__libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) == 0 ? v : -1;
-}
-
 int r2s__fd_tcp_domain(int fd)
 {
   int domain = r2s__sockopt_int(fd, SO_DOMAIN);

@@ -16,8 +16,7 @@
  *    raced with the last put sees refs == 0 and backs off, never freed memory.
  *  - The path (TCP, SHM, RDMA) is chosen once, when the connection is
  *    established (r2s__conn_established), and the reason it stayed on TCP is
- *    counted there. Today no transport is built, so every connection stays on
- *    TCP and the wrappers pass every call to the kernel.
+ *    counted there (the link decides, link.h; its reason is path.h's).
  *  - Functions return 0 or -errno and never touch errno.
  */
 #ifndef R2S_CONN_H
@@ -27,9 +26,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "path.h"
 #include "statseg.h"
-
-typedef enum { R2S_PATH_TCP = 0, R2S_PATH_SHM = 1, R2S_PATH_RDMA = 2, R2S_PATH_COUNT } r2s_path_t;
 
 typedef enum {
   R2S_ROLE_SOCKET = 0, /* created, not yet connected or listening */
@@ -38,26 +36,6 @@ typedef enum {
   R2S_ROLE_SERVER, /* returned by accept() */
 } r2s_role_t;
 
-/* Why a connection stayed on TCP; each maps to one stats counter. */
-typedef enum {
-  R2S_REASON_NONE = 0,
-  R2S_REASON_DISABLED,     /* R2SOCK_UPGRADE=never, a denied port or program */
-  R2S_REASON_PEER_PLAIN,   /* the peer sent no hello */
-  R2S_REASON_NO_PEER_YET,  /* ended before anything came from the peer */
-  R2S_REASON_UNFINISHED,   /* both shims, ended before the switch completed */
-  R2S_REASON_NO_RESOURCES, /* no ring could be made or mapped */
-  R2S_REASON_UNREACHABLE,  /* the peer is on another host and no transport reaches it */
-  R2S_REASON_APP_OOB,      /* the application uses urgent data */
-  R2S_REASON_FAILED,       /* a protocol error reset it */
-  R2S_REASON_NO_HELLO,     /* the hello could not be sent */
-  R2S_REASON_INHERITED,    /* inherited across exec: the protocol state stayed behind */
-  R2S_REASON_OTHER_USER,   /* the peer runs as another user: no shared memory */
-  R2S_REASON_NO_DEVICE,    /* a remote peer, and no RDMA device serves the connection's address */
-  R2S_REASON_SHORT,        /* both shims, ended before moving R2SOCK_UPGRADE's bytes */
-  R2S_REASON_SANDBOXED,    /* the process confined its system calls (sandbox.h) */
-  R2S_REASON_RULE,         /* a rule of the rules file says upgrade=never (rules.h) */
-  R2S_REASON_COUNT
-} r2s_reason_t;
 
 /* flags */
 #define R2S_CONN_NONBLOCK    0x1u  /* O_NONBLOCK on the open file description */
@@ -104,9 +82,6 @@ bool r2s__is_tcp(int domain, int type, int protocol);
  * (inherited, or made before the shim was loaded): its domain if it is a
  * TCP socket, else -1. Three getsockopt calls. */
 int r2s__fd_tcp_domain(int fd);
-
-/* getsockopt(SOL_SOCKET, name) as an int, or -1. */
-int r2s__sockopt_int(int fd, int name);
 
 /* A new connection object with one reference, or NULL when out of memory
  * (the socket then simply goes untracked: plain TCP). */

@@ -94,3 +94,10 @@ void *r2s__mmap_fd_over_raw(void *at, size_t len, int fd)
   long p = syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0L);
   return p == -1 ? MAP_FAILED : (void *)p;
 }
+
+int r2s__sockopt_int(int fd, int name)
+{
+  int v = -1;
+  socklen_t len = sizeof v;
+  return r2s__libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) == 0 ? v : -1;
+}

@@ -121,4 +121,7 @@ bool r2s__still_sock(int fd, ino_t ino);
  * fd itself stays open. */
 int r2s__keep_fd(int fd, ino_t *ino);
 
+/* getsockopt(SOL_SOCKET, name) as an int, or -1. */
+int r2s__sockopt_int(int fd, int name);
+
 #endif

@@ -67,6 +67,10 @@ r2s_link_t *r2s__link_start_inline(int fd);
  * switch (and then reads its DATA frames); the send side stays plain. */
 r2s_link_t *r2s__link_adopt(void);
 
+/* Links not (yet) in pass-through, in this process (atomic): while 0,
+ * the wrappers of waits (poll, select, epoll) call libc directly. */
+extern unsigned r2s__links_active;
+
 /* Read on every wrapped call: inline, from the struct's first member (an
  * int, as conn.h reads it too; link/internal.h asserts the layout). */
 static inline bool r2s__link_passthrough(const r2s_link_t *l)

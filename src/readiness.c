@@ -23,7 +23,6 @@
 #include "spin.h"
 #include "stats.h"
 
-unsigned r2s__links_active;
 
 #define SLICE_MS 100
 /* Waits over at most this many carried connections may probe (spin.h). */

@@ -4,7 +4,7 @@
  *
  * Contract:
  *  - While no connection of the process is carried by the shim
- *    (r2s__links_active == 0) the wrappers call libc directly: nothing here
+ *    (r2s__links_active == 0, link.h) the wrappers call libc directly: nothing here
  *    runs.
  *  - Otherwise a wait asks each carried connection first (r2s__link_poll:
  *    the ring, frames), merges the kernel's answer for everything else,
@@ -41,7 +41,6 @@
 #include <sys/select.h>
 #include <time.h>
 
-extern unsigned r2s__links_active;
 
 /* timeout_ms < 0: forever. mask: as ppoll (NULL: none). */
 int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask);

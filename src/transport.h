@@ -50,6 +50,7 @@
 #include <sys/uio.h>
 
 #include "frame.h"
+#include "path.h"
 
 typedef struct r2s_link_s r2s_link_t;
 typedef struct r2s_tp_state_s r2s_tp_state_t; /* each transport defines its own */

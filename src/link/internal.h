@@ -33,10 +33,10 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "conn.h"
 #include "frame.h"
 #include "link.h"
 #include "options.h"
+#include "path.h"
 #include "readahead.h"
 #include "spin.h"
 #include "stats.h"

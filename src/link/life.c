@@ -9,9 +9,10 @@
 #include "libc.h"
 #include "log.h"
 
-#include "readiness.h"
 
 #include "rules.h"
+
+unsigned r2s__links_active;
 
 /* Both directions settled on plain TCP: from now on the wrappers skip the
  * link entirely. Not while bytes read ahead wait for the application: the

@@ -1101,7 +1101,7 @@ static void rdma_release(r2s_tp_state_t *st)
 
 const r2s_transport_t r2s__transport_rdma = {
     .name = "rdma",
-    .path = 2, /* R2S_PATH_RDMA */
+    .path = R2S_PATH_RDMA,
     .needs_ready = true,
     .adaptive_spin = true,
     .flush_waits_for_peer = true,

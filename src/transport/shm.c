@@ -627,7 +627,7 @@ static void shm_release(r2s_tp_state_t *st)
 
 const r2s_transport_t r2s__transport_shm = {
     .name = "shm",
-    .path = 1, /* R2S_PATH_SHM */
+    .path = R2S_PATH_SHM,
     .rank = shm_rank,
     .offer = shm_offer,
     .check = shm_check,

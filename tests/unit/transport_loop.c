@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ring.h"
+#include "path.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -229,7 +230,7 @@ static void loop_release(r2s_tp_state_t *st)
 
 const r2s_transport_t r2s__transport_loop = {
     .name = "loop",
-    .path = 1, /* R2S_PATH_SHM: a ring on this host */
+    .path = R2S_PATH_SHM, /* a ring on this host */
     .rank = loop_rank,
     .offer = loop_offer,
     .check = loop_check,
