@@ -1,5 +1,6 @@
 /*
- * verbs.h - the libibverbs entry points r2sock uses, loaded at run time.
+ * verbs.h - the libibverbs and librdmacm entry points r2sock uses, loaded
+ * at run time.
  *
  * Contract:
  *  - The shim is preloaded into every process, most of which never meet an
@@ -13,6 +14,7 @@
  *    inline functions of <infiniband/verbs.h> that jump through the
  *    provider's ops, so they are used directly. ibv_query_port is also an
  *    inline wrapper: use r2s__verbs_query_port().
+ *  - librdmacm is loaded the same way (rdmacm.h).
  */
 #ifndef R2S_VERBS_H
 #define R2S_VERBS_H

@@ -5,16 +5,22 @@
  *
  * Contract:
  *  - r2s__rdma_port_for(local, &port) finds the RDMA port for a TCP
- *    connection's local address: the device and port whose GID table holds
- *    that address (a RoCE v2 GID before a v1 one), or R2SOCK_DEVICE /
- *    R2SOCK_GID_INDEX when set; on InfiniBand, the first active port of the
- *    device (R2SOCK_DEVICE picks which) with its LID. Returns 0 or -ENODEV
+ *    connection's local address: the device and port the kernel's RDMA
+ *    CM binds that address to (librdmacm, RoCE and InfiniBand alike), and
+ *    on it the GID table entry of the address (RoCE v2 before v1,
+ *    rdma_gid.h) or the one R2SOCK_GID_INDEX names. R2SOCK_DEVICE names
+ *    the only device the address may resolve to; with R2SOCK_GID_INDEX
+ *    set and no port owning the address, the first active port of
+ *    R2SOCK_DEVICE (or of the first device) serves. Returns 0 or -ENODEV
  *    (no such device, none up, no GID for the address), -ENOENT (no
- *    libibverbs). On success it holds a reference on port.dev for the
- *    caller, dropped with r2s__rdma_dev_put(). A device is opened once per
- *    process and closed by its progress thread once nothing has held it
- *    for 2 s (a process must not keep a device open that the
- *    administrator removes: the kernel waits for it).
+ *    libibverbs or no librdmacm). On success it holds a reference on
+ *    port.dev for the caller, dropped with r2s__rdma_dev_put(). A device
+ *    is opened once per process and closed by its progress thread once
+ *    nothing has held it for 2 s (a process must not keep a device open
+ *    that the administrator removes: the kernel waits for it). librdmacm
+ *    keeps a context of its own open on each device it resolved an
+ *    address to, until it sees the device gone; the shim uses only that
+ *    context's device name.
  *  - After fork() a child never touches its parent's verbs objects (they
  *    live in a file description both share): devices are per process
  *    (the child opens its own), and r2s__rdma_fork_gen changes in the

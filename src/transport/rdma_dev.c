@@ -1,13 +1,10 @@
 /* RDMA devices for the RDMA transport: which port and GID serve a
- * connection, the verbs objects each process opens once, and the thread
+ * connection (the kernel's RDMA CM says which device and port own its
+ * address), the verbs objects each process opens once, and the thread
  * that hears the peers' sleep announcements (rdma.h). */
 #include "rdma.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
-#include <linux/if_packet.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -20,7 +17,9 @@
 #include "../libc.h"
 #include "../log.h"
 #include "../options.h"
+#include "../rdmacm.h"
 #include "../thread.h"
+#include "rdma_gid.h"
 
 unsigned r2s__rdma_fork_gen;
 
@@ -284,12 +283,10 @@ static void close_dev(r2s_rdma_dev_t *d)
   free(d);
 }
 
-/* The open device named like dev, opened now if need be; devs_lock held. */
-static r2s_rdma_dev_t *get_dev(struct ibv_device *dev)
+/* Opens dev: its context, completion channel and progress thread;
+ * devs_lock held. */
+static r2s_rdma_dev_t *open_dev(struct ibv_device *dev, const char *name)
 {
-  const char *name = R2S_V(ibv_get_device_name)(dev);
-  for (r2s_rdma_dev_t *d = devs; d; d = d->next)
-    if (strcmp(d->name, name) == 0) return d;
   r2s_rdma_dev_t *d = calloc(1, sizeof *d);
   if (!d) return NULL;
   snprintf(d->name, sizeof d->name, "%s", name);
@@ -307,149 +304,170 @@ static r2s_rdma_dev_t *get_dev(struct ibv_device *dev)
   return d;
 }
 
-/* The GID an address has in a RoCE GID table: the IPv6 address itself, or
- * an IPv4 one mapped into ::ffff:0:0/96. */
-static bool addr_gid(const struct sockaddr_storage *ss, union ibv_gid *gid)
+static r2s_rdma_dev_t *find_open(const char *name)
 {
-  memset(gid, 0, sizeof *gid);
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-    gid->raw[10] = gid->raw[11] = 0xff;
-    memcpy(gid->raw + 12, &in->sin_addr, 4);
-    return true;
-  }
-  if (ss->ss_family == AF_INET6) {
-    memcpy(gid->raw, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
-    return true;
-  }
-  return false;
-}
-
-/* On InfiniBand the address belongs to an IPoIB interface, whose 20-byte
- * hardware address ends with its port's GID. */
-static bool ipoib_gid(const struct sockaddr_storage *ss, union ibv_gid *gid)
-{
-  struct ifaddrs *ifs;
-  if (getifaddrs(&ifs) < 0) return false;
-  char ifname[IF_NAMESIZE] = "";
-  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != ss->ss_family) continue;
-    bool same = ss->ss_family == AF_INET
-                    ? ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
-                          ((const struct sockaddr_in *)ss)->sin_addr.s_addr
-                    : memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
-                             &((const struct sockaddr_in6 *)ss)->sin6_addr, 16) == 0;
-    if (same) snprintf(ifname, sizeof ifname, "%s", i->ifa_name);
-  }
-  bool found = false;
-  for (struct ifaddrs *i = ifs; i && ifname[0]; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_PACKET || strcmp(i->ifa_name, ifname) != 0) continue;
-    const struct sockaddr_ll *ll = (const struct sockaddr_ll *)i->ifa_addr;
-    if (ll->sll_halen == 20) {
-      memcpy(gid->raw, ll->sll_addr + 4, 16);
-      found = true;
-    }
-  }
-  freeifaddrs(ifs);
-  return found;
-}
-
-/* How well GID entry e suits the connection (0: not at all).
- * R2SOCK_GID_INDEX takes the entry as it is; otherwise the address
- * decides, and RoCE v2 (routable, UDP) is preferred over v1. */
-static int gid_rank(const struct ibv_gid_entry *e, const union ibv_gid *target, bool have_target)
-{
-  if (r2s__opt.gid_index >= 0) return 3;
-  if (!have_target || memcmp(e->gid.raw, target->raw, 16) != 0) return 0;
-  return e->gid_type == IBV_GID_TYPE_ROCE_V2 ? 2 : 1;
-}
-
-/* The device's valid GID entries, all ports, in one call: the table has
- * gid_tbl_len indexes per port (1024 on Soft-RoCE, two of them valid), and
- * a query per index made 1023 failing system calls per connection: 27 %
- * of all CPU samples of a run of short connections in a guest, idle
- * included (perf, 2026-11-23). NULL (and the caller scans) when the
- * library cannot, or the table outgrew max. */
-static struct ibv_gid_entry *gid_table(r2s_rdma_dev_t *d, size_t max, ssize_t *n)
-{
-  if (!r2s__verbs._ibv_query_gid_table || r2s__opt.gid_index >= 0) return NULL;
-  struct ibv_gid_entry *t = calloc(max ? max : 1, sizeof *t);
-  if (!t) return NULL;
-  *n = r2s__verbs._ibv_query_gid_table(d->ctx, t, max, 0, sizeof *t);
-  if (*n >= 0) return t;
-  free(t);
+  for (r2s_rdma_dev_t *d = devs; d; d = d->next)
+    if (strcmp(d->name, name) == 0) return d;
   return NULL;
 }
 
-/* Looks for the address's GID on one active port; devs_lock held. */
-static bool match_port(r2s_rdma_dev_t *d, uint8_t port, const struct ibv_port_attr *pa,
-                       const struct sockaddr_storage *local, r2s_rdma_port_t *out)
+/* The device named name, or the first device the library lists where name
+ * is NULL: the one this process has open, else opened now; devs_lock
+ * held. */
+static r2s_rdma_dev_t *get_dev(const char *name)
 {
-  int want = r2s__opt.gid_index;
-  union ibv_gid target;
-  bool ib = pa->link_layer == IBV_LINK_LAYER_INFINIBAND;
-  bool have_target = ib ? ipoib_gid(local, &target) : addr_gid(local, &target);
-  int best = -1, best_rank = 0;
-  struct ibv_gid_entry e, best_e;
-  ssize_t n = 0;
-  struct ibv_gid_entry *t = gid_table(d, (size_t)d->attr.phys_port_cnt * (size_t)pa->gid_tbl_len, &n);
-  if (t) {
-    for (ssize_t i = 0; i < n; i++) {
-      int rank = t[i].port_num == port ? gid_rank(&t[i], &target, have_target) : 0;
-      if (rank > best_rank) best = (int)t[i].gid_index, best_rank = rank, best_e = t[i];
-    }
-    free(t);
-  } else {
-    for (int i = 0; i < pa->gid_tbl_len; i++) {
-      if (want >= 0 && i != want) continue;
-      if (R2S_V(_ibv_query_gid_ex)(d->ctx, port, (uint32_t)i, &e, 0, sizeof e) != 0) continue;
-      int rank = gid_rank(&e, &target, have_target);
-      if (rank > best_rank) best = i, best_rank = rank, best_e = e;
-    }
+  r2s_rdma_dev_t *d = name ? find_open(name) : NULL;
+  if (d) return d;
+  int n = 0;
+  struct ibv_device **list = R2S_V(ibv_get_device_list)(&n);
+  if (!list || n == 0) __atomic_store_n(&no_device_until, r2s__now_ns() + NO_DEVICE_RECHECK_NS, __ATOMIC_RELAXED);
+  for (int i = 0; list && i < n; i++) {
+    const char *dn = R2S_V(ibv_get_device_name)(list[i]);
+    if (name && strcmp(dn, name) != 0) continue;
+    if (!(d = find_open(dn))) d = open_dev(list[i], dn);
+    break;
   }
-  if (best < 0) return false;
-  out->dev = d;
-  out->port = port;
-  out->gid_index = best;
-  out->gid = best_e.gid;
-  out->lid = pa->lid;
-  out->mtu = pa->active_mtu;
-  out->roce = !ib;
-  return true;
+  if (list) R2S_V(ibv_free_device_list)(list);
+  return d;
 }
 
+/* Asks the kernel's RDMA CM which device and port own the address, and
+ * which GID it has there: binding an rdma_cm id to it resolves the netdev
+ * that holds the address to the RDMA port over that netdev (RoCE) or to
+ * the IPoIB port (InfiniBand). The id is created synchronous (no event
+ * channel of ours) and destroyed at once; its port is 0, an ephemeral one
+ * of the RDMA CM's own port space, as the TCP connection's port may be
+ * shared by many connections. Only the name of librdmacm's device is
+ * kept: the shim opens its own context (get_dev), whose life it controls. */
+static int cm_resolve(const struct sockaddr_storage *local, char *name, size_t len, uint8_t *port,
+                      union ibv_gid *gid)
+{
+  if (r2s__rdmacm_load() < 0) return -ENOENT;
+  struct sockaddr_storage a = *local;
+  struct sockaddr_in *in = (struct sockaddr_in *)&a;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a;
+  if (a.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+    /* a dual-stack socket's IPv4 address: the RDMA CM wants it as IPv4 */
+    struct in_addr v4;
+    memcpy(&v4, in6->sin6_addr.s6_addr + 12, 4);
+    memset(&a, 0, sizeof a);
+    in->sin_family = AF_INET;
+    in->sin_addr = v4;
+  }
+  if (a.ss_family == AF_INET)
+    in->sin_port = 0;
+  else if (a.ss_family == AF_INET6)
+    in6->sin6_port = 0;
+  else
+    return -ENODEV;
+  struct rdma_cm_id *id;
+  if (R2S_CM(rdma_create_id)(NULL, &id, NULL, RDMA_PS_TCP) != 0) {
+    /* no device at all, or no RDMA CM in the kernel (rdma_ucm) */
+    r2s__debug("no RDMA: rdma_create_id: %s", strerror(errno));
+    __atomic_store_n(&no_device_until, r2s__now_ns() + NO_DEVICE_RECHECK_NS, __ATOMIC_RELAXED);
+    return -ENODEV;
+  }
+  int rc = -ENODEV;
+  if (R2S_CM(rdma_bind_addr)(id, (struct sockaddr *)&a) != 0)
+    r2s__debug("RDMA: no device owns the local address (%s)", strerror(errno));
+  else if (id->verbs) {
+    snprintf(name, len, "%s", R2S_V(ibv_get_device_name)(id->verbs->device));
+    *port = id->port_num;
+    *gid = id->route.addr.addr.ibaddr.sgid;
+    rc = 0;
+  }
+  R2S_CM(rdma_destroy_id)(id);
+  return rc;
+}
+
+/* The port's GID entries: the device's valid entries, all ports, in one
+ * call (the table has gid_tbl_len indexes per port, 1024 on Soft-RoCE with
+ * two of them valid: a query per index made 1023 failing system calls per
+ * connection), or one query per index of the port where libibverbs is
+ * older than rdma-core 30. NULL without memory. */
+static struct ibv_gid_entry *gid_entries(r2s_rdma_dev_t *d, uint8_t port, const struct ibv_port_attr *pa,
+                                         size_t *n)
+{
+  size_t max = (size_t)d->attr.phys_port_cnt * (size_t)pa->gid_tbl_len;
+  struct ibv_gid_entry *t = calloc(max ? max : 1, sizeof *t);
+  if (!t) return NULL;
+  ssize_t got = -1;
+  if (r2s__verbs._ibv_query_gid_table) got = r2s__verbs._ibv_query_gid_table(d->ctx, t, max, 0, sizeof *t);
+  if (got >= 0) {
+    *n = (size_t)got;
+    return t;
+  }
+  *n = 0;
+  for (int i = 0; i < pa->gid_tbl_len; i++)
+    if (R2S_V(_ibv_query_gid_ex)(d->ctx, port, (uint32_t)i, &t[*n], 0, sizeof *t) == 0) ++*n;
+  return t;
+}
+
+/* Fills out for port of device d: the GID index R2SOCK_GID_INDEX names,
+ * or the entry for gid (rdma_gid.h); devs_lock held. */
+static int use_port(r2s_rdma_dev_t *d, uint8_t port, const struct ibv_port_attr *pa, const union ibv_gid *gid,
+                    r2s_rdma_port_t *out)
+{
+  struct ibv_gid_entry e;
+  if (r2s__opt.gid_index >= 0) {
+    if (R2S_V(_ibv_query_gid_ex)(d->ctx, port, (uint32_t)r2s__opt.gid_index, &e, 0, sizeof e) != 0) {
+      r2s__debug("RDMA: %s port %u has no GID index %d", d->name, port, r2s__opt.gid_index);
+      return -ENODEV;
+    }
+  } else {
+    size_t n;
+    struct ibv_gid_entry *t = gid_entries(d, port, pa, &n);
+    if (!t) return -ENOMEM;
+    ssize_t i = r2s__rdma_gid_pick(t, n, port, gid);
+    if (i >= 0) e = t[i];
+    free(t);
+    if (i < 0) {
+      r2s__debug("RDMA: %s port %u has no GID for the local address", d->name, port);
+      return -ENODEV;
+    }
+  }
+  out->dev = d;
+  out->port = port;
+  out->gid_index = (int)e.gid_index;
+  out->gid = e.gid;
+  out->lid = pa->lid;
+  out->mtu = pa->active_mtu;
+  out->roce = pa->link_layer != IBV_LINK_LAYER_INFINIBAND;
+  return 0;
+}
 
 int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *out)
 {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (r2s__verbs_load() < 0) return -ENOENT;
   pthread_once(&once, register_fork);
-  pthread_mutex_lock(&devs_lock);
-  int n = 0, rc = -ENODEV;
-  int64_t now = r2s__now_ns();
-  if (now < no_device_until) {
-    pthread_mutex_unlock(&devs_lock);
-    return rc;
+  if (r2s__now_ns() < __atomic_load_n(&no_device_until, __ATOMIC_RELAXED)) return -ENODEV;
+  char name[sizeof devs->name] = "";
+  uint8_t port = 0;
+  union ibv_gid gid;
+  int rc = cm_resolve(local, name, sizeof name, &port, &gid);
+  if (rc == 0 && r2s__opt.device && strcmp(r2s__opt.device, name) != 0) {
+    r2s__debug("RDMA: the local address is on %s, not on R2SOCK_DEVICE %s", name, r2s__opt.device);
+    rc = -ENODEV;
   }
-  struct ibv_device **list = R2S_V(ibv_get_device_list)(&n);
-  if (!list || n == 0) no_device_until = now + NO_DEVICE_RECHECK_NS;
-  for (int i = 0; list && i < n && rc < 0; i++) {
-    const char *name = R2S_V(ibv_get_device_name)(list[i]);
-    if (r2s__opt.device && strcmp(r2s__opt.device, name) != 0) continue;
-    r2s_rdma_dev_t *d = get_dev(list[i]);
-    if (!d) continue;
-    for (uint8_t p = 1; p <= d->attr.phys_port_cnt && rc < 0; p++) {
-      struct ibv_port_attr pa;
-      if (r2s__verbs_query_port(d->ctx, p, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
-      if (match_port(d, p, &pa, local, out)) rc = 0;
-    }
+  /* R2SOCK_GID_INDEX holds whatever the address: without a port that
+   * owns it, the first active port of R2SOCK_DEVICE (or of any device). */
+  bool any_port = rc < 0 && r2s__opt.gid_index >= 0;
+  if (rc < 0 && !any_port) return rc;
+  pthread_mutex_lock(&devs_lock);
+  rc = -ENODEV;
+  r2s_rdma_dev_t *d = get_dev(any_port ? r2s__opt.device : name);
+  unsigned first = any_port ? 1 : port, last = !d ? 0 : any_port ? d->attr.phys_port_cnt : port;
+  for (unsigned p = first; p <= last && rc < 0; p++) {
+    struct ibv_port_attr pa;
+    if (r2s__verbs_query_port(d->ctx, (uint8_t)p, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
+    rc = use_port(d, (uint8_t)p, &pa, &gid, out);
   }
   if (rc == 0) {
     pthread_mutex_lock(&live_lock);
     out->dev->nstates++;
     pthread_mutex_unlock(&live_lock);
   }
-  if (list) R2S_V(ibv_free_device_list)(list);
   pthread_mutex_unlock(&devs_lock);
   return rc;
 }

@@ -1,8 +1,9 @@
 #!/bin/bash
-# libibverbs is loaded on a process's first RDMA offer and never otherwise
-# (src/verbs.h): a process under the shim that makes no offer, be it one
-# that never touches a socket or one whose connections stay on TCP or go
-# to shared memory, must not map it, at exit included (the exit drain used
+# libibverbs and librdmacm are loaded on a process's first RDMA offer and
+# never otherwise (src/verbs.h, src/rdmacm.h): a process under the shim
+# that makes no offer, be it one that never touches a socket or one whose
+# connections stay on TCP or go to shared memory, must not map them, at
+# exit included (the exit drain used
 # to load it to look for queue pairs: every process under the shim paid for
 # libibverbs and its libnl dependencies). Read from the dynamic loader's
 # own trace (LD_DEBUG=files), which lists every object it opens.
@@ -23,12 +24,12 @@ check() {
   LD_DEBUG=files LD_DEBUG_OUTPUT="$trace" LD_PRELOAD="$preload" "$@"
   # A positive control for the trace itself: the shim is in it.
   grep -q "file=$lib " "$trace".* || { echo "FAIL: the loader's trace does not show $lib ($what)"; exit 1; }
-  if grep -q "libibverbs" "$trace".*; then
-    echo "FAIL: $what loaded libibverbs: $(grep -h libibverbs "$trace".* | head -n 2)"
+  if grep -q -E "libibverbs|librdmacm" "$trace".*; then
+    echo "FAIL: $what loaded rdma-core: $(grep -h -E "libibverbs|librdmacm" "$trace".* | head -n 2)"
     exit 1
   fi
   rm -f "$trace".*
-  echo "ok: $what did not load libibverbs"
+  echo "ok: $what did not load libibverbs or librdmacm"
 }
 
 check "a process without sockets" /bin/true
