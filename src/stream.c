@@ -169,11 +169,8 @@ static const r2s_wait_ops_t stream_ops = {each_link, spin_ready, spun, arm, unar
 
 static void wait_init(stream_wait_t *s, r2s_conn_t *c, int fd, short events)
 {
-  *s =
-      (stream_wait_t){.w = {.ops = &stream_ops, .nfds = 1, .epfd = -1, .stream = true}, .c = c, .l = c->link};
-  s->p.fd = fd;
-  s->events = events;
-  s->w.fds = &s->p;
+  *s = (stream_wait_t){.w = {.ops = &stream_ops, .fds = &s->p, .nfds = 1, .epfd = -1, .stream = true}};
+  s->c = c, s->l = c->link, s->p.fd = fd, s->events = events;
 }
 
 /* Waits until the events may be ready on the link, or s->w.deadline (0:

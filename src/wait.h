@@ -30,9 +30,8 @@
  *    passed with nothing).
  *  - A round returns 0 (look again), > 0 (the source's answer, passed
  *    through), -ETIMEDOUT (the deadline passed with nothing), or another
- *    -errno from the kernel (-EINTR: a signal came, as the kernel's call
- *    would report). It never touches errno's value for the caller's
- *    return: hooks see the kernel's answers as counts or -errno.
+ *    -errno (-EINTR: a signal came, as the kernel's call reported it).
+ *    Hooks see the kernel's answers as counts or -errno, never errno.
  *  - The hooks run on the waiting thread and take only the locks their
  *    source already takes (an epoll set's registry lock, links' locks
  *    tried); the engine holds none.
