@@ -1,6 +1,6 @@
 /* Wrappers of the readiness calls. While no connection of the process is
  * carried by the shim the kernel's answer is the whole answer; otherwise
- * src/readiness.c merges what the rings know with what the kernel knows. */
+ * src/ (readiness.h) merges what the rings know with what the kernel knows. */
 #include <errno.h>
 #include <poll.h>
 #include <sys/epoll.h>

@@ -213,7 +213,7 @@ ssize_t r2s__link_send_ring(r2s_link_t *l, int fd, const struct iovec *iov, int 
  * 0: arm and sleep. */
 int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns);
 
-/* For EPOLLET (readiness.c): a count that moves whenever the ring's side
+/* For EPOLLET (epoll_wait.c): a count that moves whenever the ring's side
  * of `bit` (POLLIN: bytes arrived, or the end of the stream; POLLOUT: room
  * freed by the peer) changes, so that a bit still ready but unchanged since
  * it was last reported is no new edge. False when the link cannot tell

@@ -7,13 +7,16 @@
  *    (r2s__links_active == 0, link.h) the wrappers call libc directly: nothing here
  *    runs.
  *  - Otherwise a wait asks each carried connection first (r2s__link_poll:
- *    the ring, frames), merges the kernel's answer for everything else,
- *    and if nothing is ready arms the connections (asks their peers for a
- *    doorbell) and sleeps in the kernel, in slices of at most 100 ms so a
- *    lost wake-up costs latency, never a hang.
- *  - epoll: the shim keeps, per epoll fd, the registrations of tracked TCP
- *    sockets (fd, events, data) as the application made them, and reports
- *    a carried connection's readiness with the application's data. Under
+ *    the ring, frames; ready_conn.h merges the kernel's answer for the
+ *    bits the link does not own), the kernel for everything else, and if
+ *    nothing is ready waits through the wait engine (wait.h: spin, nap,
+ *    arm, sleep in slices of at most R2S_WAIT_SLICE_MS so a lost wake-up
+ *    costs latency, never a hang).
+ *  - poll and select: poll_select.c. epoll: the registrations the shim
+ *    keeps per epoll fd, the set's wake-up and the forget and fork
+ *    handlers in epoll_shadow.c (epoll_shadow.h), the wait in
+ *    epoll_wait.c. A carried connection's readiness is reported with the
+ *    application's data. Under
  *    EPOLLET, a bit the connection's ring answers is reported again only
  *    once that side of the ring moved (bytes or the end arrived, the peer
  *    freed room), as the kernel reports a socket's edges; where the link
@@ -53,7 +56,7 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
 /* The application closes fd, the last descriptor of connection c (a
  * socket the shim may keep open in a descriptor of its own): fd leaves
  * every epoll set it was added to, as the kernel's close would take it
- * out (readiness.c says why). Nothing for a connection never added. */
+ * out (epoll_shadow.c says why). Nothing for a connection never added. */
 typedef struct r2s_conn_s r2s_conn_t;
 void r2s__epoll_forget(int fd, r2s_conn_t *c);
 /* pthread_atfork: prepare before fork, done after it in parent and child
@@ -66,7 +69,7 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
 /* epoll_wait, epoll_pwait and (with exact, its timeout to the nanosecond)
  * epoll_pwait2: the shim's wait while the process has carried connections
  * (may_shim: not a call of the shim's own), else the kernel's. The shim's
- * wake-up for the set (readiness.c, ep_wake_t) is never reported: a wait
+ * wake-up for the set (epoll_shadow.h, r2s_ep_wake_t) is never reported: a wait
  * it ends looks again until the timeout. Returns a count or -errno. */
 int r2s__epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
                     const struct timespec *exact, bool may_shim);

@@ -7,18 +7,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "clock.h"
 #include "iovec.h"
-#include "libc.h"
 #include "link.h"
-#include "options.h"
 #include "sanitize.h"
-#include "spin.h"
 #include "stats.h"
+#include "wait.h"
 
-#define SLEEP_CAP_MS 100
 #define READ_AHEAD_SLICE_MS 1
 /* A doorbell is a byte on the socket that any thread of the connection may
  * read: a reader in recv() takes the one rung for a writer blocked in send()
@@ -27,27 +23,40 @@
  * The sleeper cannot be told, so the loss costs its slice. A link where that
  * was seen (a slice ran out although another thread read a doorbell
  * meanwhile and our event is ready) sleeps in slices of STOLEN_CAP_MS,
- * doubled back up to SLEEP_CAP_MS by each slice that runs out without it. */
+ * doubled back up to R2S_WAIT_SLICE_MS by each slice that runs out without
+ * it. */
 #define STOLEN_CAP_MS 2
+
+/* A blocked call's wait on its one link (wait.h); w first, as the hooks
+ * get it. */
+typedef struct stream_wait_s {
+  r2s_wait_t w;
+  r2s_conn_t *c;
+  r2s_link_t *l;
+  struct pollfd p; /* the kernel's side: the socket */
+  short events;
+  bool kernel;    /* spin: the link does not own the events, only the kernel can tell */
+  bool rings;     /* spin: the rings alone carry the events, look at nothing else */
+  int cap;        /* this round's slice */
+  uint32_t bells; /* doorbells read on the link before it armed */
+} stream_wait_t;
 
 /* A slice of `cap` ms ran out: was our doorbell read by another thread
  * (see STOLEN_CAP_MS)? Sets the link's next slice. */
-static void note_slice_expired(r2s_link_t *l, int fd, short events, int cap, uint32_t bells)
+static void note_slice_expired(stream_wait_t *s)
 {
   short owned;
-  bool stolen = r2s__link_bells_read(l) != bells &&
-                (r2s__link_poll(l, fd, events, &owned) & owned & events);
-  int next = stolen ? STOLEN_CAP_MS : cap < SLEEP_CAP_MS ? cap * 2 : SLEEP_CAP_MS;
-  r2s__link_set_wait_cap(l, (uint32_t)(next < SLEEP_CAP_MS ? next : SLEEP_CAP_MS));
+  bool stolen = r2s__link_bells_read(s->l) != s->bells &&
+                (r2s__link_poll(s->l, s->p.fd, s->events, &owned) & owned & s->events);
+  int next = stolen ? STOLEN_CAP_MS : s->cap < R2S_WAIT_SLICE_MS ? s->cap * 2 : R2S_WAIT_SLICE_MS;
+  r2s__link_set_wait_cap(s->l, (uint32_t)(next < R2S_WAIT_SLICE_MS ? next : R2S_WAIT_SLICE_MS));
 }
 
-typedef struct spin_look_s {
-  r2s_link_t *l;
-  int fd;
-  short events;
-  bool kernel; /* the link does not own the events: only the kernel can tell */
-  bool rings;  /* the rings alone carry the events: look at nothing else */
-} spin_look_t;
+static void each_link(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
+{
+  stream_wait_t *s = (stream_wait_t *)w;
+  (void)fn(arg, s->l, s->events, s->events);
+}
 
 /* Ends the poll when the ring is ready, and also when the link does not own
  * the events (before the peer's switch, DATA frames still to be sent over
@@ -63,99 +72,87 @@ typedef struct spin_look_s {
  * arms (r2s__link_arm); the budget bounds that delay. */
 static bool spin_ready(void *arg)
 {
-  spin_look_t *s = arg;
+  stream_wait_t *s = arg;
   if (s->rings) return (r2s__link_poll_ring(s->l, s->events) & s->events) != 0;
-  short owned, rev = r2s__link_poll(s->l, s->fd, s->events, &owned);
+  short owned, rev = r2s__link_poll(s->l, s->p.fd, s->events, &owned);
   if (rev & owned & s->events) return true;
   s->kernel = !(owned & s->events);
   s->rings = !s->kernel && r2s__link_in_rings(s->l, s->events);
   return s->kernel;
 }
 
-/* Waits until `events` may be ready on the link, or the deadline (0: none)
- * passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR. *began is
- * when the caller's wait began (set here on its first round, cleared when
- * the ring answered), so that the link learns how long the whole wait took
- * (spin.h). */
-static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64_t *began, bool polled)
+/* The ring answered the wait: the link learns how long the whole wait took
+ * (spin.h), and the next one begins afresh. */
+static void answered(stream_wait_t *s)
 {
-  r2s_link_t *l = c->link;
-  if (!*began) *began = r2s__now_ns();
-  /* Poll the ring first: a peer that answers soon costs less to wait for
-   * than a doorbell and a sleep (spin.h). Not again when the caller just
-   * polled it for the budget (r2s__link_await_ring). */
-  spin_look_t look = {l, fd, events, false, false};
-  if (!polled &&
-      r2s__spin_until(spin_ready, &look, r2s__link_spin_budget(l, events, true),
-                      r2s__link_peer_shares_cpu(l)) &&
-      !look.kernel) {
-    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
-    *began = 0;
-    return 0;
+  r2s__link_spin_learn(s->l, s->events, r2s__wait_waited(&s->w), true);
+  s->w.began = 0;
+}
+
+static bool spun(r2s_wait_t *w)
+{
+  stream_wait_t *s = (stream_wait_t *)w;
+  if (s->kernel) return false;
+  answered(s);
+  return true;
+}
+
+static bool arm(r2s_wait_t *w)
+{
+  stream_wait_t *s = (stream_wait_t *)w;
+  s->bells = r2s__link_bells_read(s->l);
+  return (r2s__link_arm(s->l, s->p.fd, s->events) & s->events) != 0;
+}
+
+static void unarm(r2s_wait_t *w)
+{
+  stream_wait_t *s = (stream_wait_t *)w;
+  r2s__link_unarm(s->l, s->events);
+}
+
+/* The kernel side of the wait: doorbells and end of stream arrive on the
+ * TCP socket, and a nap waits for those only. While the peer has not
+ * switched yet, its hello or switch mark alone is POLLPRI. A writer whose
+ * bytes go over TCP waits for the kernel's POLLOUT only: bytes to read are
+ * not for it, and the peer's (its hello, a DATA frame its application has
+ * not read) kept the socket readable, so each of its sleeps returned at
+ * once (2,684 of 2,781 of an iperf2 client's sleeps in a 4 s run between
+ * two guests). */
+static void to_kernel(r2s_wait_t *w, bool nap)
+{
+  stream_wait_t *s = (stream_wait_t *)w;
+  s->p.revents = 0;
+  if (nap) {
+    s->p.events = POLLIN | POLLRDHUP;
+    return;
   }
-  /* A stream's reader naps first: the writer is busy, and asking it for a
-   * doorbell would cost it more than the nap costs us (spin.h). Doorbells
-   * and the end of the stream still wake the nap. */
-  int64_t now = r2s__now_ns(), nap = r2s__link_nap_ns(l, events, now - *began);
-  if (nap > 0 && (!deadline || now + nap < deadline)) {
-    struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
-    struct timespec ts = r2s__timespec(nap);
-    R2S_STAT_INC(waits_nap);
-    int rc = r2s__libc.ppoll(&p, 1, &ts, NULL);
-    if (rc < 0 && errno == EINTR) return -EINTR;
-    if (rc > 0) r2s__link_pump_due(l);
-    if (r2s__link_poll_ring(l, events) & events) {
-      r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
-      *began = 0;
-    }
-    return 0;
-  }
-  uint32_t bells = r2s__link_bells_read(l);
-  short ready = r2s__link_arm(l, fd, events);
-  if (ready & events) {
-    r2s__link_unarm(l, events);
-    return 0;
-  }
-  int cap = (int)r2s__link_wait_cap(l);
-  if (cap <= 0 || cap > SLEEP_CAP_MS) cap = SLEEP_CAP_MS;
-  /* Bytes a sender reads ahead leave the socket without waking us: while
-   * that can happen (the handshake phase only), sleep in short slices. */
-  if ((events & POLLIN) && cap > READ_AHEAD_SLICE_MS && r2s__link_may_read_ahead(l)) cap = READ_AHEAD_SLICE_MS;
-  int ms = cap;
-  if (deadline) {
-    int64_t left = deadline - r2s__now_ns();
-    if (left <= 0) {
-      r2s__link_unarm(l, events);
-      return -EAGAIN;
-    }
-    if (left / 1000000 < ms) ms = (int)(left / 1000000) + 1;
-  }
-  /* The kernel side of the wait: doorbells and end of stream arrive on the
-   * TCP socket. While the peer has not switched yet, its hello or switch
-   * mark alone is POLLPRI. A writer whose bytes go over TCP waits for the
-   * kernel's POLLOUT only: bytes to read are not for it, and the peer's
-   * (its hello, a DATA frame its application has not read) kept the socket
-   * readable, so each of its sleeps returned at once (2,684 of 2,781 of an
-   * iperf2 client's sleeps in a 4 s run between two guests). */
-  int rx = r2s__link_rx_state(l);
-  bool tx_ring = (events & POLLOUT) && r2s__link_tx_in_ring(l);
+  short events = s->events;
+  int rx = r2s__link_rx_state(s->l);
+  bool tx_ring = (events & POLLOUT) && r2s__link_tx_in_ring(s->l);
   short in = (events & POLLIN) ? (short)(POLLIN | (rx == R2S_RX_PROBE ? POLLPRI : 0)) : tx_ring ? POLLIN : 0;
-  struct pollfd p = {fd, (short)(in | POLLRDHUP), 0};
-  if ((events & POLLOUT) && !tx_ring) p.events |= POLLOUT;
-  R2S_STAT_INC(waits_sleep);
-  r2s__conn_count_wait(c);
-  int rc = r2s__libc.poll(&p, 1, ms);
-  int err = rc < 0 ? errno : 0;
+  s->p.events = (short)(in | POLLRDHUP);
+  if ((events & POLLOUT) && !tx_ring) s->p.events |= POLLOUT;
+  r2s__conn_count_wait(s->c);
+}
+
+static int woke(r2s_wait_t *w, r2s_wait_woke_t how, int rc, int ms)
+{
+  stream_wait_t *s = (stream_wait_t *)w;
+  r2s_link_t *l = s->l;
+  if (how == R2S_WAIT_ARMED_READY) return 0;
+  if (how == R2S_WAIT_NAPPED && rc == -EINTR) return -EINTR;
   if (rc > 0) r2s__link_pump_due(l);
-  if (rc == 0 && ms == SLEEP_CAP_MS) R2S_STAT_INC(waits_slice_expired);
-  if (rc == 0 && ms == cap) note_slice_expired(l, fd, events, cap, bells);
+  if (how == R2S_WAIT_NAPPED) {
+    if (r2s__link_poll_ring(l, s->events) & s->events) answered(s);
+    return 0;
+  }
+  if (rc == 0 && ms == s->cap) note_slice_expired(s);
   if (rc == 0) {
-    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, false);
-  } else if (rc > 0 && (r2s__link_poll_ring(l, events) & events)) {
-    r2s__link_spin_learn(l, events, r2s__now_ns() - *began, true);
-    *began = 0;
-  } else if (rc > 0 && !(p.revents & (POLLERR | POLLHUP | POLLRDHUP)) &&
-             (r2s__link_in_rings(l, events) || !(p.revents & events))) {
+    r2s__link_spin_learn(l, s->events, r2s__wait_waited(w), false);
+  } else if (rc > 0 && (r2s__link_poll_ring(l, s->events) & s->events)) {
+    answered(s);
+  } else if (rc > 0 && !(s->p.revents & (POLLERR | POLLHUP | POLLRDHUP)) &&
+             (r2s__link_in_rings(l, s->events) || !(s->p.revents & s->events))) {
     /* Woken with nothing for us yet, as far as the answers at hand tell
      * (no further look: this follows every sleep): the rings carry the
      * wait and had nothing, or the kernel woke us for something else. A
@@ -165,9 +162,34 @@ static int wait_for(r2s_conn_t *c, int fd, short events, int64_t deadline, int64
      * read: docs/rdma.md). */
     R2S_STAT_INC(waits_woke_early);
   }
-  r2s__link_unarm(l, events);
-  if (err == EINTR) return -EINTR;
-  return 0;
+  return rc == -EINTR ? -EINTR : 0;
+}
+
+static const r2s_wait_ops_t stream_ops = {each_link, spin_ready, spun, arm, unarm, to_kernel, woke};
+
+static void wait_init(stream_wait_t *s, r2s_conn_t *c, int fd, short events)
+{
+  *s = (stream_wait_t){.w = {.ops = &stream_ops, .fds = &s->p, .nfds = 1, .epfd = -1, .stream = true}};
+  s->c = c, s->l = c->link, s->p.fd = fd, s->events = events;
+}
+
+/* Waits until the events may be ready on the link, or s->w.deadline (0:
+ * none) passes. Returns 0 (look again), -EAGAIN (timed out) or -EINTR.
+ * s->w.began is when the caller's wait began (set on its first round,
+ * cleared when the ring answered), so that the link learns how long the
+ * whole wait took (spin.h). */
+static int wait_for(stream_wait_t *s)
+{
+  s->kernel = s->rings = false;
+  int cap = (int)r2s__link_wait_cap(s->l);
+  if (cap <= 0 || cap > R2S_WAIT_SLICE_MS) cap = R2S_WAIT_SLICE_MS;
+  /* Bytes a sender reads ahead leave the socket without waking us: while
+   * that can happen (the handshake phase only), sleep in short slices. */
+  if ((s->events & POLLIN) && cap > READ_AHEAD_SLICE_MS && r2s__link_may_read_ahead(s->l))
+    cap = READ_AHEAD_SLICE_MS;
+  s->cap = s->w.cap_ms = cap;
+  int rc = r2s__wait_round(&s->w);
+  return rc == -ETIMEDOUT ? -EAGAIN : rc;
 }
 
 static int64_t deadline_of(uint32_t timeout_ms)
@@ -195,13 +217,14 @@ static ssize_t recv_nothing(r2s_conn_t *c, int fd, int flags)
   char byte;
   struct iovec one = {&byte, 1};
   bool nb = nonblocking(c, flags);
-  int64_t deadline = 0, began = 0;
+  stream_wait_t s;
+  wait_init(&s, c, fd, POLLIN);
   for (bool waited = false;; waited = true) {
     ssize_t n = r2s__link_recv(c->link, fd, &one, 1, MSG_PEEK, NULL);
     if (n != -EAGAIN) return n >= 0 || waited ? 0 : n;
     if (nb) return -EAGAIN;
-    if (!deadline && c->rcvtimeo_ms) deadline = deadline_of(c->rcvtimeo_ms);
-    if (wait_for(c, fd, POLLIN, deadline, &began, false) < 0) return 0;
+    if (!s.w.deadline && c->rcvtimeo_ms) s.w.deadline = deadline_of(c->rcvtimeo_ms);
+    if (wait_for(&s) < 0) return 0;
   }
 }
 
@@ -238,18 +261,19 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   size_t want = r2s__iov_total(iov, cnt), done = 0;
   if (want == 0) return recv_nothing(c, fd, flags);
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
-  int64_t deadline = 0, began = 0;
+  stream_wait_t s;
+  wait_init(&s, c, fd, POLLIN);
   if (!(flags & (MSG_PEEK | MSG_WAITALL)) && r2s__link_in_rings(l, POLLIN)) {
-    ssize_t n = recv_ring(c, fd, iov, cnt, want, nb, &began);
+    ssize_t n = recv_ring(c, fd, iov, cnt, want, nb, &s.w.began);
     if (n != R2S_LINK_SLOW) return n;
   }
-  bool polled = began != 0;
+  s.w.polled = s.w.began != 0;
   struct iovec rest[64];
   for (;;) {
     int k = r2s__iov_advance(rest, 64, iov, cnt, done);
     r2s_link_moved_t mv;
     ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK, &mv);
-    if (n > 0) began = 0;
+    if (n > 0) s.w.began = 0;
     if (n > 0) {
       if (!(flags & MSG_PEEK)) count_moved(c, r2s__conn_count_rx, n, &mv);
       done += (size_t)n;
@@ -261,10 +285,9 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (nb) return done ? (ssize_t)done : -EAGAIN;
     /* SO_RCVTIMEO counts from the start of the wait: the short way's
      * poll, if it polled (began). */
-    if (!deadline && c->rcvtimeo_ms)
-      deadline = (began ? began : r2s__now_ns()) + (int64_t)c->rcvtimeo_ms * 1000000;
-    int rc = wait_for(c, fd, POLLIN, deadline, &began, polled);
-    polled = false;
+    if (!s.w.deadline && c->rcvtimeo_ms)
+      s.w.deadline = (s.w.began ? s.w.began : r2s__now_ns()) + (int64_t)c->rcvtimeo_ms * 1000000;
+    int rc = wait_for(&s);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }
@@ -286,13 +309,14 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
       done = (size_t)n;
     }
   }
-  int64_t deadline = 0, began = 0;
+  stream_wait_t s;
+  wait_init(&s, c, fd, POLLOUT);
   struct iovec rest[64];
   for (;;) {
     int k = r2s__iov_advance(rest, 64, iov, cnt, done);
     r2s_link_moved_t mv;
     ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT, &mv);
-    if (n > 0) began = 0;
+    if (n > 0) s.w.began = 0;
     if (n > 0) {
       count_moved(c, r2s__conn_count_tx, n, &mv);
       done += (size_t)n;
@@ -306,8 +330,8 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     }
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
-    if (!deadline && c->sndtimeo_ms) deadline = deadline_of(c->sndtimeo_ms);
-    int rc = wait_for(c, fd, POLLOUT, deadline, &began, false);
+    if (!s.w.deadline && c->sndtimeo_ms) s.w.deadline = deadline_of(c->sndtimeo_ms);
+    int rc = wait_for(&s);
     if (rc < 0) return done ? (ssize_t)done : rc;
   }
 }

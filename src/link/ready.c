@@ -1,4 +1,4 @@
-/* Readiness the kernel cannot see (readiness.c, stream.c): what the ring
+/* Readiness the kernel cannot see (readiness.h, stream.c, wait.h): what the ring
  * and the frames say to poll, the edges of EPOLLET, the peer's liveness
  * behind a full ring, and a wait's spin, nap, arm and learning (spin.h). */
 #include "internal.h"

@@ -1,0 +1,293 @@
+/* epoll_wait over a set that holds carried connections: the links'
+ * answers for their registrations (with the edge and one-shot rules of
+ * readiness.h), the kernel's for the rest, and the wait engine (wait.h)
+ * while nobody answers. */
+#include "readiness.h"
+
+#include <errno.h>
+#include <stdint.h>
+
+#include "clock.h"
+#include "conn.h"
+#include "epoll_shadow.h"
+#include "libc.h"
+#include "link.h"
+#include "ready_conn.h"
+#include "wait.h"
+
+static int64_t now_ms(void)
+{
+  return r2s__now_ns() / 1000000;
+}
+
+/* EPOLLET (readiness.h): of the bits the link owns and reports ready, one
+ * is reported again only once its side of the ring moved since this entry
+ * last reported it (new bytes or the end of the stream; room the peer
+ * freed), as the kernel reports a socket's edges. Level-triggered, an idle
+ * connection with room in its ring made every epoll_wait of an
+ * EPOLLIN|EPOLLOUT|EPOLLET registration (nginx's) return at once: a
+ * thread at full CPU. Where the link cannot tell, the bit stays
+ * level-triggered: an extra event is harmless, a lost one is not. r->lock
+ * held. */
+static uint32_t edges_only(r2s_ep_entry_t *e, r2s_link_t *l, uint32_t got, short owned)
+{
+  static const short bits[2] = {POLLIN, POLLOUT};
+  if (!(e->events & EPOLLET) || (got & EPOLLERR)) return got;
+  for (int i = 0; i < 2; i++) {
+    uint64_t gen;
+    if (!(got & (uint32_t)bits[i]) || !(owned & bits[i])) continue;
+    if (!r2s__link_edge_gen(l, bits[i], &gen)) {
+      e->et_have &= (uint8_t) ~(1u << i);
+    } else if ((e->et_have & (1u << i)) && gen == e->et_gen[i]) {
+      got &= ~(uint32_t)bits[i];
+    } else {
+      e->et_gen[i] = gen;
+      e->et_have |= (uint8_t)(1u << i);
+    }
+  }
+  return got;
+}
+
+/* Readiness of the carried connections registered in r, up to max events;
+ * -ENOENT if none of its registrations is a carried connection. A wait
+ * that began at `began` (0: none) ends for the links found ready. */
+static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, bool arm, int64_t began)
+{
+  int k = 0;
+  bool any = false;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n && k < max; i++) {
+    r2s_ep_entry_t *e = &r->v[i];
+    if (e->fired) continue;
+    r2s_conn_t *c = r2s__ready_carried(e->fd);
+    if (!c) continue;
+    if (r2s__ep_same_conn(e, c)) {
+      any = true;
+      short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+      short rev = arm ? r2s__link_arm(c->link, e->fd, want) : r2s__link_poll(c->link, e->fd, want, &owned);
+      if (!arm) rev &= (short)(owned | POLLERR);
+      if (arm) owned = rev; /* r2s__link_arm answers for owned bits only */
+      uint32_t got = edges_only(e, c->link, (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP), owned);
+      if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
+        if (began)
+          r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
+        out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
+        e->round = r->round;
+        if (e->events & EPOLLONESHOT) e->fired = true;
+      }
+    }
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return any || k ? k : -ENOENT;
+}
+
+static void unarm_all(r2s_ep_reg_t *r)
+{
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n; i++) {
+    r2s_conn_t *c = r2s__ready_carried(r->v[i].fd);
+    if (!c) continue;
+    if (r2s__ep_same_conn(&r->v[i], c))
+      r2s__link_unarm(c->link, (short)(r->v[i].events & (EPOLLIN | EPOLLOUT)));
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+}
+
+/* An entry already reported in this call (from its link's answer, in
+ * done[0..ndone)) gets the kernel's bits that the link does not own added
+ * to that report, not a second one. Dropping them lost an edge: with
+ * EPOLLET the kernel reports EPOLLOUT once, and an exec'd server whose
+ * link kept reporting EPOLLIN (the peer's end) never learnt that it could
+ * write again (the progs fork-exec stall). */
+static void merge_reported(r2s_conn_t *c, const r2s_ep_entry_t *e, uint32_t events, struct epoll_event *done,
+                           int ndone)
+{
+  short owned;
+  (void)r2s__link_poll(c->link, e->fd, (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), &owned);
+  uint32_t extra =
+      events & ~(uint32_t)owned & (e->events | EPOLLERR | EPOLLHUP) & ~(uint32_t)(EPOLLET | EPOLLONESHOT);
+  for (int m = 0; m < ndone && extra; m++)
+    if (done[m].data.u64 == e->data) done[m].events |= extra;
+}
+
+/* Kernel events on a carried connection: for the bits the link owns the
+ * kernel saw doorbells or frames, so the link's answer replaces them; the
+ * other bits stand. An entry already reported in this call is not
+ * reported twice (see merge_reported). A wait that began at `began` (0:
+ * none) ends for the links found ready, as in collect(). */
+static int filter(r2s_ep_reg_t *r, struct epoll_event *done, int ndone, struct epoll_event *ev, int k,
+                  int64_t began)
+{
+  int out = 0;
+  pthread_mutex_lock(&r->lock);
+  for (int j = 0; j < k; j++) {
+    uint32_t events = ev[j].events;
+    if (r2s__epoll_is_wake(r, &ev[j])) continue;
+    for (unsigned i = 0; i < r->n; i++) {
+      r2s_ep_entry_t *e = &r->v[i];
+      if (e->data != ev[j].data.u64) continue;
+      r2s_conn_t *c = r2s__ready_carried(e->fd);
+      if (!c) break;
+      if (r2s__ep_same_conn(e, c)) {
+        if (e->round == r->round) {
+          merge_reported(c, e, events, done, ndone);
+          events = 0;
+        } else {
+          short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+          r2s__link_pump_due(c->link); /* the kernel saw bytes: frames to read */
+          short rev = r2s__link_poll(c->link, e->fd, want, &owned);
+          events = (events & ~(uint32_t)owned) |
+                   edges_only(e, c->link, (uint32_t)(rev & owned) & e->events, owned);
+          if (!(owned & POLLIN))
+            events =
+                (uint32_t)(uint16_t)r2s__ready_kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
+          if ((events & EPOLLPRI) && r2s__ready_urgent_hidden(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
+          if (events) e->round = r->round;
+          if (began && (rev & owned & (POLLIN | POLLOUT)))
+            r2s__link_spin_learn(c->link, (short)(rev & owned & (POLLIN | POLLOUT)), r2s__now_ns() - began,
+                                 true);
+        }
+      }
+      r2s__conn_put(c);
+      break;
+    }
+    if (events & ~(uint32_t)(EPOLLET | EPOLLONESHOT)) {
+      ev[j].events = events;
+      ev[out++] = ev[j];
+    }
+  }
+  pthread_mutex_unlock(&r->lock);
+  return out;
+}
+
+/* An epoll wait over registry r (wait.h); w first, as the hooks get it. */
+typedef struct ep_wait_s {
+  r2s_wait_t w;
+  r2s_ep_reg_t *r;
+  int k; /* what arming collected: events in w.ev[0..k), or -ENOENT */
+} ep_wait_t;
+
+/* The carried entries not yet fired (EPOLLONESHOT), under the registry
+ * lock, for the spin and the nap. */
+static void each_entry(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
+{
+  r2s_ep_reg_t *r = ((ep_wait_t *)w)->r;
+  bool stop = false;
+  pthread_mutex_lock(&r->lock);
+  for (unsigned i = 0; i < r->n && !stop; i++) {
+    r2s_ep_entry_t *e = &r->v[i];
+    if (e->fired) continue;
+    r2s_conn_t *c = r2s__ready_carried(e->fd);
+    if (!c) continue;
+    short want = (short)(e->events & (EPOLLIN | EPOLLOUT));
+    if (r2s__ep_same_conn(e, c)) stop = fn(arg, c->link, want, want);
+    r2s__conn_put(c);
+  }
+  pthread_mutex_unlock(&r->lock);
+}
+
+/* Arms, and catches what raced in. */
+static bool arm(r2s_wait_t *w)
+{
+  ep_wait_t *e = (ep_wait_t *)w;
+  e->k = collect(e->r, w->ev, w->max, true, w->began);
+  return e->k != 0;
+}
+
+/* Not after arming found nothing of ours (-ENOENT): nothing was armed. */
+static void unarm(r2s_wait_t *w)
+{
+  ep_wait_t *e = (ep_wait_t *)w;
+  if (e->k >= 0) unarm_all(e->r);
+}
+
+/* The k events the links answered, and the kernel's instant answer for
+ * the rest of the set. */
+static int with_kernel(ep_wait_t *e, int k)
+{
+  r2s_wait_t *w = &e->w;
+  int more = r2s__wait_kernel_epoll(w->epfd, w->ev + k, w->max - k, 0, w->mask);
+  return more < 0 ? k : k + filter(e->r, w->ev, k, w->ev + k, more, w->began);
+}
+
+static int woke(r2s_wait_t *w, r2s_wait_woke_t how, int rc, int ms)
+{
+  ep_wait_t *e = (ep_wait_t *)w;
+  if (how == R2S_WAIT_ARMED_READY) return e->k < 0 ? e->k : with_kernel(e, e->k);
+  if (rc < 0) return rc;
+  rc = filter(e->r, w->ev, 0, w->ev, rc, w->began);
+  if (rc > 0 || how == R2S_WAIT_NAPPED || ms) return rc;
+  /* Only doorbells (or nothing), and the time is up: a last look at the
+   * links. */
+  int k = collect(e->r, w->ev, w->max, false, w->began);
+  return k > 0 ? k : -ETIMEDOUT;
+}
+
+static const r2s_wait_ops_t ep_ops = {each_entry, NULL, NULL, arm, unarm, NULL, woke};
+
+int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask)
+{
+  r2s_ep_reg_t *r = r2s__epoll_reg(epfd, false);
+  if (!r || max <= 0) return -ENOENT;
+  ep_wait_t e = {.w = {.ops = &ep_ops, .epfd = epfd, .ev = ev, .max = max, .mask = mask}, .r = r};
+  e.w.deadline = r2s__wait_deadline_ms(timeout_ms);
+  e.w.kernel_in_sleep = true;
+  for (;;) {
+    pthread_mutex_lock(&r->lock);
+    r->round++;
+    pthread_mutex_unlock(&r->lock);
+    int k = collect(r, ev, max, false, e.w.began);
+    if (k < 0) return k; /* nothing of ours in this set: the kernel alone */
+    if (k > 0) return with_kernel(&e, k);
+    int rc = r2s__wait_round(&e.w);
+    if (rc != 0) return rc == -ETIMEDOUT ? 0 : rc;
+  }
+}
+
+static int epoll_wait_counted(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                              const struct timespec *exact, bool may_shim);
+
+int r2s__epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                    const struct timespec *exact, bool may_shim)
+{
+  /* Counted as a waiter on the set while the process carries connections
+   * (the registry is made for it): one of them added meanwhile wakes it
+   * (r2s_ep_wake_t). Before any is carried, none can have bytes in a ring. */
+  r2s_ep_reg_t *r =
+      may_shim && __atomic_load_n(&r2s__links_active, __ATOMIC_RELAXED) ? r2s__epoll_reg(epfd, true) : NULL;
+  if (r) __atomic_add_fetch(&r->waiters, 1, __ATOMIC_ACQ_REL);
+  int rc = epoll_wait_counted(epfd, ev, max, timeout_ms, mask, exact, may_shim);
+  if (r) __atomic_sub_fetch(&r->waiters, 1, __ATOMIC_ACQ_REL);
+  return rc;
+}
+
+static int epoll_wait_counted(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask,
+                              const struct timespec *exact, bool may_shim)
+{
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (bool first = true;; first = false) {
+    int ms = timeout_ms;
+    if (!first && deadline >= 0) {
+      int64_t left = deadline - now_ms();
+      ms = left <= 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
+    }
+    int rc = -ENOENT;
+    if (may_shim && __atomic_load_n(&r2s__links_active, __ATOMIC_RELAXED) != 0)
+      rc = r2s__ready_epoll_wait(epfd, ev, max, ms, mask);
+    if (rc != -ENOENT) return rc;
+    if (first && exact) {
+      if (!r2s__libc.epoll_pwait2) return -ENOSYS;
+      rc = r2s__libc.epoll_pwait2(epfd, ev, max, exact, mask);
+      if (rc < 0) rc = -errno;
+    } else {
+      rc = r2s__wait_kernel_epoll(epfd, ev, max, ms, mask);
+    }
+    r2s_ep_reg_t *r = rc > 0 ? r2s__epoll_reg(epfd, false) : NULL;
+    if (!r) return rc;
+    int n = r2s__epoll_drop_wakes(r, ev, rc);
+    /* Only the wake-up: a connection became ready meanwhile. */
+    if (n > 0 || ms == 0) return n;
+  }
+}
