@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,12 +27,15 @@ void r2s__lock_debug_blocking(const char *call)
   abort();
 }
 
-/* A call on fd without MSG_DONTWAIT waits when fd is in blocking mode. */
+/* A call on fd without MSG_DONTWAIT waits when fd is in blocking mode,
+ * unless fd is a regular file (/proc, the configuration: read at once). */
 static void check_fd(const char *call, int fd, int flags)
 {
   if (r2s__locks_held <= 0 || (flags & MSG_DONTWAIT)) return;
   int fl = (int)syscall(SYS_fcntl, fd, F_GETFL);
-  if (fl >= 0 && !(fl & O_NONBLOCK)) r2s__lock_debug_blocking(call);
+  struct stat sb;
+  if (fl < 0 || (fl & O_NONBLOCK) || (syscall(SYS_fstat, fd, &sb) == 0 && S_ISREG(sb.st_mode))) return;
+  r2s__lock_debug_blocking(call);
 }
 
 static int d_poll(struct pollfd *p, nfds_t n, int ms)

@@ -17,7 +17,8 @@
  *    with a time-out other than 0; recv, recvfrom, recvmsg, read, readv,
  *    send, sendto, sendmsg, sendmmsg, recvmmsg, write, writev, connect,
  *    accept and accept4 on a descriptor in blocking mode without
- *    MSG_DONTWAIT. The shim's own sleeps call r2s__lock_debug_blocking()
+ *    MSG_DONTWAIT (a regular file's read, /proc or the configuration,
+ *    does not wait). The shim's own sleeps call r2s__lock_debug_blocking()
  *    first. The debug build is for the test suite, never for users.
  */
 #ifndef R2S_LOCKDEBUG_H

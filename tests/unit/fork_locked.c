@@ -189,6 +189,7 @@ static int one_kind(int kind)
     return 0;
   }
   if (rc < 0) FAIL("cannot hold the %s: %s", kind_names[kind], strerror(-rc));
+  fflush(stdout); /* the child must not print the parent's lines again */
   pid_t pid = fork();
   if (pid == 0) {
     alarm(30); /* the bound: a child stuck on a lock dies of it */
@@ -230,6 +231,7 @@ int main(void)
     perror("fork_locked: listen");
     return 1;
   }
+  fflush(stdout);
   pid_t echo = fork();
   if (echo == 0) run_echo_server(lfd);
   close(lfd);
