@@ -496,6 +496,8 @@ void r2s__conn_fork_child(void)
 {
   pthread_mutex_unlock(&pool_lock);
   for (r2s_conn_t *c = live_head; c; c = c->live_next) {
+    r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+    if (l) r2s__link_fork_child(l);
     /* In the child's account only once it moves bytes on them (classify). */
     if (r2s__conn_flags(c) & R2S_CONN_ESTABLISHED) r2s__conn_set_flag(c, R2S_CONN_UNSEEN, true);
     __atomic_store_n(&c->counted, 0, __ATOMIC_RELAXED);
@@ -509,6 +511,11 @@ void r2s__conn_fork_child(void)
     __atomic_store_n(&c->stat_settled, !r2s__opt.statseg || !(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED),
                      __ATOMIC_RELAXED);
   }
+}
+
+pthread_mutex_t *r2s__conn_pool_lock(void)
+{
+  return &pool_lock;
 }
 
 unsigned r2s__conn_live_count(void)

@@ -22,6 +22,7 @@
 #ifndef R2S_CONN_H
 #define R2S_CONN_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -194,10 +195,17 @@ void r2s__conn_sandbox_all(void);
 
 /* pthread_atfork handlers. In the child, inherited connections keep working,
  * but the bytes the parent moved are the parent's, so their counts restart
- * at zero. */
+ * at zero. prepare takes pool_lock (a leaf: no lock of the shim is taken
+ * under it, and it is held only briefly), so the child's live list is
+ * whole; the child re-initialises the locks of every live link
+ * (r2s__link_fork_child), which a thread of the parent may have held. */
 void r2s__conn_fork_prepare(void);
 void r2s__conn_fork_parent(void);
 void r2s__conn_fork_child(void);
+
+/* The pool lock itself, for the test that forks while another thread
+ * holds it (tests/unit/hold_lock.c); the shim never calls it. */
+pthread_mutex_t *r2s__conn_pool_lock(void);
 
 /* Number of connection objects alive (for the tests and leak checks). */
 unsigned r2s__conn_live_count(void);

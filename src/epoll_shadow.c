@@ -36,6 +36,18 @@ void r2s__epoll_fork_done(void)
   pthread_mutex_unlock(&sets_lock);
 }
 
+/* In the child, a registry's lock may have been held by a thread that is
+ * not there: every registry on the list (consistent: sets_lock was held
+ * across the fork) gets a fresh one. */
+void r2s__epoll_fork_child(void)
+{
+  for (unsigned k = 0; regs && k < nsets; k++) {
+    r2s_ep_reg_t *r = __atomic_load_n(&regs[sets[k]], __ATOMIC_ACQUIRE);
+    if (r) pthread_mutex_init(&r->lock, NULL);
+  }
+  pthread_mutex_unlock(&sets_lock);
+}
+
 static void sets_add(int epfd)
 {
   pthread_mutex_lock(&sets_lock);

@@ -13,7 +13,7 @@
  *    It re-checks the slot after taking the reference, so it never returns a
  *    connection that was closed and recycled under it.
  *  - Writers (install/remove) use atomic exchange; a slot holds one
- *    reference. The fd number is the kernel's: the shim never invents fds.
+ *    reference. No lock: nothing here needs a fork handler. The fd number is the kernel's: the shim never invents fds.
  *  - Mutations for one fd are ordered by the kernel call they shadow (the
  *    slot is removed before close(2), installed after accept/dup returns),
  *    so a racing socket() that reuses the number installs after us.

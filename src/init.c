@@ -47,7 +47,7 @@ static void fork_parent(void)
 }
 static void fork_child(void)
 {
-  r2s__epoll_fork_done();
+  r2s__epoll_fork_child();
   r2s__statseg_fork_child();
   r2s__stats_reset(); /* the child's account starts empty */
   r2s__reaper_fork_child();

@@ -1,6 +1,8 @@
 /* The saved libc entry points: looked up once with dlsym(RTLD_NEXT). */
 #include "libc.h"
 
+#include "lockdebug.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,13 +13,11 @@
 
 r2s_libc_t r2s__libc;
 
-/* A message that cannot use the log module: the log writes through
- * r2s__libc.write, which may be the very symbol that is missing. */
-static void say_missing(const char *name)
+void r2s__say_raw(const char *a, const char *b, const char *c)
 {
-  char msg[160];
+  char msg[200];
   size_t n = 0;
-  const char *parts[] = {"r2sock: libc has no ", name, "; the shim passes every call through\n"};
+  const char *parts[] = {a, b, c};
   for (size_t i = 0; i < 3; i++) {
     size_t l = strlen(parts[i]);
     if (n + l >= sizeof msg) break;
@@ -25,6 +25,13 @@ static void say_missing(const char *name)
     n += l;
   }
   (void)!syscall(SYS_write, 2, msg, n);
+}
+
+/* A message that cannot use the log module: the log writes through
+ * r2s__libc.write, which may be the very symbol that is missing. */
+static void say_missing(const char *name)
+{
+  r2s__say_raw("r2sock: libc has no ", name, "; the shim passes every call through\n");
 }
 
 int r2s__libc_load(void)
@@ -43,6 +50,7 @@ int r2s__libc_load(void)
   __atomic_store_n((void **)&r2s__libc.name, p, __ATOMIC_RELEASE);
   R2S_LIBC_FUNCS(R2S_LIBC_LOAD)
 #undef R2S_LIBC_LOAD
+  r2s__lock_debug_install(); /* a no-op unless built with R2SOCK_LOCK_DEBUG */
   return rc;
 }
 

@@ -90,6 +90,10 @@ extern r2s_libc_t r2s__libc;
  * (the name is logged). Safe to call from several threads at once. */
 int r2s__libc_load(void);
 
+/* a, b and c on stderr, by a bare system call: for the messages that
+ * cannot go through the table (a missing entry, a check of it). */
+void r2s__say_raw(const char *a, const char *b, const char *c);
+
 /* open(2) for the shim's own files, as a bare system call: the shim closes
  * them with r2s__libc.close (the next definition, past any sanitizer's
  * interceptor), so it must open them past it too, or a sanitizer that

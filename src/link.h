@@ -29,6 +29,7 @@
 #ifndef R2S_LINK_H
 #define R2S_LINK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -51,6 +52,15 @@ r2s_link_t *r2s__link_start(int fd, bool accepted, const r2s_policy_t *policy);
  * goes once the reaper, which reads a closed connection on with it, is
  * done too. */
 void r2s__link_free(r2s_link_t *l);
+
+/* In a fork() child (conn.c's handler, for every live connection): the
+ * link's locks start unlocked, whatever thread of the parent held them. */
+void r2s__link_fork_child(r2s_link_t *l);
+
+/* The link's rx_lock or tx_lock itself, for the test that forks while
+ * another thread holds it (tests/unit/hold_lock.c); the shim never calls
+ * it. */
+pthread_mutex_t *r2s__link_lock(r2s_link_t *l, bool tx);
 
 /* The process is about to confine its system calls (sandbox.h): a link on
  * which nothing of the protocol is under way settles on plain TCP in both

@@ -63,6 +63,9 @@ void r2s__epoll_forget(int fd, r2s_conn_t *c);
  * (taken last, after the connections' and statistics' locks). */
 void r2s__epoll_fork_prepare(void);
 void r2s__epoll_fork_done(void);
+/* In the child instead of fork_done: also re-initialises every set's
+ * registry lock, which a thread absent from the child may have held. */
+void r2s__epoll_fork_child(void);
 /* Returns -ENOENT when nothing of the shim's is registered in epfd: the
  * caller then asks the kernel directly. */
 int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask);

@@ -336,6 +336,11 @@ void r2s__statseg_close(r2s_conn_t *c)
   pthread_mutex_unlock(&seg_lock);
 }
 
+pthread_mutex_t *r2s__statseg_lock(void)
+{
+  return &seg_lock;
+}
+
 void r2s__statseg_fork_prepare(void)
 {
   pthread_mutex_lock(&seg_lock);

@@ -30,6 +30,8 @@
 #ifndef R2S_STATSEG_H
 #define R2S_STATSEG_H
 
+#include <pthread.h>
+
 #include "statseg_layout.h"
 
 typedef struct r2s_conn_s r2s_conn_t;
@@ -46,6 +48,10 @@ void r2s__statseg_refresh(r2s_conn_t *c);
 
 /* c ends (its counters were folded): free its slot; c->ctr is c->own again. */
 void r2s__statseg_close(r2s_conn_t *c);
+
+/* The segment's lock itself, for the test that forks while another thread
+ * holds it (tests/unit/hold_lock.c); the shim never calls it. */
+pthread_mutex_t *r2s__statseg_lock(void);
 
 /* pthread_atfork handlers; the child's forgets the parent's segment (the
  * connections are republished by conn.c's child handler). */

@@ -17,7 +17,15 @@
  *    anything behind on failure.
  *  - put/get/space/avail never block and return byte counts or -errno;
  *    -EPROTO means the peer broke the ring's rules (the connection is then
- *    reset), -EPIPE that the peer's reader is gone.
+ *    reset), -EPIPE that the peer's reader is gone. A transport whose own
+ *    resources run short for a moment (RDMA: no send slots) reports a full
+ *    ring (0), and wakes that writer as it wakes one waiting for room.
+ *  - Locks (docs/internals.md, "Locks"): the link calls put, space,
+ *    connect, attach, close_tx and the wake-up hooks with its tx_lock
+ *    held, get and avail with its rx_lock, which is why none of them may
+ *    wait. offer(), flush() and release() may wait (for a device, for the
+ *    peer): the link calls them with no lock held. A transport's own locks
+ *    are taken under the link's and never the other way.
  *  - Wake-ups: a side about to sleep calls sleep_*(true), re-checks, and
  *    sleeps in the kernel on the connection's fd; the other side, after
  *    moving bytes, calls take_peer_*_sleeper(): if it returns true, it
@@ -32,7 +40,9 @@
  *    sleeps with a message only a thread of ours sees) calls
  *    conn->wake(conn->arg, fd) from that thread to have the link send a
  *    DOORBELL on fd (a duplicate of the connection's socket the transport
- *    owns). It never calls wake() after release() returned.
+ *    owns). It never calls wake() after release() returned. wake() never
+ *    waits for the link's locks: if tx_lock is taken, the doorbell is left
+ *    for its holder to send.
  *  - release() is called once per process, when its last fd of the
  *    connection closes. It only undoes local things (mappings, a name not
  *    yet sealed, this process's queue pair, after the bytes already

@@ -18,8 +18,9 @@
  * flight, and its device never acknowledges them; a doorbell makes its
  * kernel answer with a reset at once, instead of the flush waiting its
  * whole bound. A live peer that only shut down its side reads the
- * doorbell as nothing. tx_lock held. */
-static void flush_tp_locked(r2s_link_t *l, int fd)
+ * doorbell as nothing. tx_lock held; the flush itself waits with no lock
+ * held (it may take up to its bound). */
+static void before_flush_locked(r2s_link_t *l, int fd)
 {
   if (TP(l)->flush_waits_for_peer) {
     struct tcp_info ti;
@@ -27,26 +28,33 @@ static void flush_tp_locked(r2s_link_t *l, int fd)
     if (r2s__libc.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) == 0 && ti.tcpi_state == TCP_CLOSE_WAIT)
       lk_send_doorbell_locked(l, fd);
   }
-  TP(l)->flush(TPS(l));
 }
 
 int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
 {
   if (how == SHUT_RD || how == SHUT_RDWR) {
-    pthread_mutex_lock(&l->rx_lock);
+    r2s__lock(&l->rx_lock);
     __atomic_store_n(&l->rx_shut, true, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&l->rx_lock);
+    lk_rx_unlock(l, fd);
   }
   if (how == SHUT_WR || how == SHUT_RDWR) {
-    pthread_mutex_lock(&l->tx_lock);
+    r2s__lock(&l->tx_lock);
     (void)lk_flush_ctrl(l, fd);
-    if (l->tx_state == R2S_TX_RING) {
-      TP(l)->close_tx(TPS(l));
-      flush_tp_locked(l, fd);
-      if (TP(l)->take_peer_rx_sleeper(TPS(l))) lk_send_doorbell_locked(l, fd);
+    bool in_ring = l->tx_state == R2S_TX_RING;
+    if (in_ring) {
+      if (!l->tx_shut) TP(l)->close_tx(TPS(l));
+      before_flush_locked(l, fd);
     }
+    /* From here no write goes in (-EPIPE), so the ring's end is fixed
+     * while the flush waits without the lock. */
     l->tx_shut = true;
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
+    if (in_ring) {
+      TP(l)->flush(TPS(l));
+      r2s__lock(&l->tx_lock);
+      if (TP(l)->take_peer_rx_sleeper(TPS(l))) lk_send_doorbell_locked(l, fd);
+      lk_tx_unlock(l, fd);
+    }
   }
   /* The kernel's FIN follows everything queued: the peer sees the end of
    * the stream after the last frame, and after the last ring byte (the
@@ -87,7 +95,7 @@ static void reap_release(void *arg)
 
 void r2s__link_close(r2s_link_t *l, int fd, bool used)
 {
-  pthread_mutex_lock(&l->rx_lock);
+  r2s__lock(&l->rx_lock);
   l->closing = true;
   /* Shim bytes the application never caused a read of (the peer's hello,
    * its switch mark and handshake, doorbells, a RING after the last DATA
@@ -160,14 +168,17 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
   bool peer_quiet = (l->rx_state == R2S_RX_PROBE || l->rx_state == R2S_RX_PREMARK) &&
                     __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) + l->rx_consumed <
                         r2s__hello_floor(__atomic_load_n(&l->peer_hello, __ATOMIC_RELAXED));
-  pthread_mutex_unlock(&l->rx_lock);
-  pthread_mutex_lock(&l->tx_lock);
+  lk_rx_unlock(l, fd);
+  r2s__lock(&l->tx_lock);
   (void)lk_flush_ctrl(l, fd);
   /* Our FIN must not overtake our last ring bytes (RDMA writes still in
-   * flight): the peer would read the end of the stream before them. */
-  if (l->tx_state == R2S_TX_RING) flush_tp_locked(l, fd);
+   * flight): the peer would read the end of the stream before them. The
+   * last fd is being closed: no write of the application's follows. */
+  bool in_ring = l->tx_state == R2S_TX_RING;
+  if (in_ring) before_flush_locked(l, fd);
   peer_quiet = peer_quiet && l->tx_state == R2S_TX_PROBE && !l->tp;
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
+  if (in_ring) TP(l)->flush(TPS(l));
   /* The peer's hello or frames may still be on their way to us: an orderly
    * close in the background (reaper.h). Unless the application left its
    * own bytes unread: then the kernel's reset is what TCP does. Nor for a

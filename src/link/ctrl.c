@@ -157,11 +157,32 @@ void lk_send_handed_locked(r2s_link_t *l, int fd)
   }
 }
 
-/* The progress thread of a transport asks for a DOORBELL (transport.h). */
+/* The progress thread of a transport asks for a DOORBELL (transport.h).
+ * It serves every connection of its device and must never wait for one:
+ * if another thread holds tx_lock, the doorbell is left owed to it, and
+ * lk_tx_unlock sends it before the lock goes. */
 void lk_transport_wake(void *arg, int fd)
 {
   r2s_link_t *l = arg;
-  pthread_mutex_lock(&l->tx_lock);
-  lk_send_doorbell_locked(l, fd);
-  pthread_mutex_unlock(&l->tx_lock);
+  __atomic_store_n(&l->doorbell_owed, 1, __ATOMIC_SEQ_CST);
+  if (r2s__trylock(&l->tx_lock) != 0) return;
+  lk_tx_unlock(l, fd);
+}
+
+/* Releases tx_lock, sending first the doorbell a progress thread left
+ * owed (lk_transport_wake). The flag is looked at again once the lock is
+ * free: a wake that came after our look and found the lock still ours
+ * left it, and nobody else may be there to send it, so we take the lock
+ * back if we can (if we cannot, the new holder sends it). fd < 0: the
+ * caller has no descriptor; the doorbell waits for the next holder. */
+void lk_tx_unlock(r2s_link_t *l, int fd)
+{
+  for (;;) {
+    if (fd >= 0 && __atomic_load_n(&l->doorbell_owed, __ATOMIC_SEQ_CST) &&
+        __atomic_exchange_n(&l->doorbell_owed, 0, __ATOMIC_SEQ_CST))
+      lk_send_doorbell_locked(l, fd);
+    r2s__unlock(&l->tx_lock);
+    if (fd < 0 || !__atomic_load_n(&l->doorbell_owed, __ATOMIC_SEQ_CST) || r2s__trylock(&l->tx_lock) != 0)
+      return;
+  }
 }

@@ -35,17 +35,13 @@ static int handle_handshake(r2s_link_t *l, int fd, const uint8_t *p, uint32_t le
   if (rc < 0) return rc;
   __atomic_store_n(&l->have_peer_hs, true, __ATOMIC_RELEASE);
   __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
-  /* rx_lock is held: taking tx_lock is in lock order. */
-  pthread_mutex_lock(&l->tx_lock);
-  if (l->tx_state == R2S_TX_PROBE && lk_policy_allows_switch(l) && !l->closing) (void)lk_switch_tx(l, fd);
-  lk_connect_tp_locked(l, fd);
-  /* The peer switched and waits for our HANDSHAKE, which an end that uses
-   * urgent data or has no ring to offer never sends: the interlude tells
-   * it (without offers, so its direction goes plain too). */
-  if (l->tx_state == R2S_TX_PLAIN && (l->app_oob || l->no_offer)) l->interlude_owed = true;
-  (void)lk_send_interlude_locked(l, fd);
-  lk_try_ring_tx(l, fd);
-  pthread_mutex_unlock(&l->tx_lock);
+  /* rx_lock is held: taking tx_lock is in lock order. Our answer waits
+   * for our offer if it is not made yet (lk_rx_unlock makes it). */
+  r2s__lock(&l->tx_lock);
+  if (!(l->tx_state == R2S_TX_PROBE && lk_policy_allows_switch(l) && !l->closing &&
+        lk_switch_from_rx_locked(l, fd) == -EINPROGRESS))
+    lk_answer_handshake_locked(l, fd);
+  lk_tx_unlock(l, fd);
   return 0;
 }
 
@@ -99,11 +95,11 @@ static int handle_fetch(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
   } else {
     r2s__debug("handed our ring to the peer by descriptor");
   }
-  pthread_mutex_lock(&l->tx_lock); /* rx_lock held: in lock order */
+  r2s__lock(&l->tx_lock); /* rx_lock held: in lock order */
   l->handed_msg = msg;
   l->handed_owed = true;
   lk_send_handed_locked(l, fd);
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
   return 0;
 }
 
@@ -112,7 +108,7 @@ static int handle_fetch(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
  * failure would have had us). rx_lock held. */
 static void fetch_done(r2s_link_t *l, int fd, const r2s_handed_t *msg, int rc)
 {
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   /* Also when it failed: the socket we waited on closes (a sandboxed
    * process only closes it: accepting is not its own call). Not once
    * the reaper reads the closed connection on (reap_read): a ring taken
@@ -130,7 +126,7 @@ static void fetch_done(r2s_link_t *l, int fd, const r2s_handed_t *msg, int rc)
   l->fetch_rc = rc;
   __atomic_store_n(&l->fetch, R2S_FETCH_DONE, __ATOMIC_RELEASE);
   lk_try_ring_tx(l, fd);
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
 }
 
 static int handle_handed(r2s_link_t *l, int fd, const uint8_t *p, uint32_t len)
@@ -165,9 +161,9 @@ int lk_handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
   case R2S_FRAME_READY:
     if (h->len || !TPS(l)) return -EPROTO;
     __atomic_store_n(&l->peer_ready, true, __ATOMIC_RELEASE);
-    pthread_mutex_lock(&l->tx_lock); /* rx_lock held: in lock order */
+    r2s__lock(&l->tx_lock); /* rx_lock held: in lock order */
     lk_try_ring_tx(l, fd);
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     return 0;
   case R2S_FRAME_PLAIN:
     if (r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0) return -EPROTO;
@@ -248,11 +244,11 @@ void r2s__link_pump(r2s_link_t *l, int fd)
  * read_ahead_premark) and may take application bytes in front of it. */
 void lk_pump_from_sender(r2s_link_t *l, int fd, bool read_ahead)
 {
-  if (pthread_mutex_trylock(&l->rx_lock) != 0) return;
+  if (r2s__trylock(&l->rx_lock) != 0) return;
   size_t had = r2s__readahead_len(&l->rx_ahead);
   lk_read_control_locked(l, fd, read_ahead);
   size_t has = r2s__readahead_len(&l->rx_ahead);
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, fd);
   if (has > had)
     r2s__debug("read %zu application bytes ahead of the peer's frames (%zu held)", has - had, has);
 }

@@ -12,9 +12,27 @@
  *    ready.c (readiness and waits), close.c (shutdown and close).
  *  - rx_lock serialises the receive direction, tx_lock the send direction.
  *    Lock order: rx_lock, then tx_lock. A path that holds tx_lock only ever
- *    tries rx_lock (pthread_mutex_trylock), or drops tx_lock first. A
- *    function named *_locked expects the lock of its direction held; the
- *    comment above each function says which lock it needs otherwise.
+ *    tries rx_lock (r2s__trylock), or drops tx_lock first. A function
+ *    named *_locked expects the lock of its direction held; the comment
+ *    above each function says which lock it needs otherwise.
+ *  - Neither lock is ever held across a call that can block (a wait for
+ *    the peer, the kernel's poll, a sleep, a transport's flush) nor across
+ *    the making of a ring (the transport's offer: shm_open and mmap, or
+ *    an RDMA device, its thread and registrations): the offer is made
+ *    with no lock held (lk_make_offer) and installed under tx_lock, and
+ *    waits drop the lock with a state that keeps other senders out
+ *    (plain_unsent, tx_shut) and look again once they retake it. Under
+ *    the lock only nonblocking system calls are made. Locks are taken
+ *    with r2s__lock/r2s__trylock (lockdebug.h), which a debug build
+ *    counts; tx_lock is released with lk_tx_unlock (the doorbell a
+ *    progress thread could not send, below) and rx_lock with
+ *    lk_rx_unlock (the switch a reader could not make under it).
+ *  - A transport's progress thread never waits for tx_lock: it tries it,
+ *    and if another thread holds it, leaves doorbell_owed for the holder,
+ *    which sends the DOORBELL before it lets the lock go.
+ *  - After fork() the child re-initialises both locks of every link
+ *    (r2s__link_fork_child): a lock that a thread of the parent held is
+ *    never released in the child, where that thread does not exist.
  *  - Fields read without their direction's lock (by the other direction,
  *    poll, the statistics) are marked "atomic" and accessed with __atomic
  *    builtins; everything else belongs to the lock of its section.
@@ -35,6 +53,7 @@
 
 #include "frame.h"
 #include "link.h"
+#include "lockdebug.h"
 #include "options.h"
 #include "path.h"
 #include "readahead.h"
@@ -129,7 +148,20 @@ struct r2s_link_s {
   r2s_tp_state_t *tps;
 
   r2s_spin_t rx_spin, tx_spin; /* how long waits for our ring / the peer's poll (spin.h) */
+
+  /* Our offer, made with no lock held (lk_make_offer) and taken by
+   * lk_switch_tx; tx_lock, except that the maker alone fills it while
+   * offer_state is R2S_OFFER_MAKING. */
+  int offer_state; /* R2S_OFFER_* */
+  int offer_rc;    /* the transport's offer(): 0, or -errno (then no state) */
+  const r2s_transport_t *offer_tp;
+  r2s_tp_state_t *offer_st;
+  r2s_handshake_t offer_hs;
+  int switch_owed;   /* atomic: a reader wanted to switch without an offer (lk_rx_unlock makes it) */
+  int doorbell_owed; /* atomic: a progress thread found tx_lock taken (lk_transport_wake) */
 };
+
+enum { R2S_OFFER_NONE, R2S_OFFER_MAKING, R2S_OFFER_MADE };
 
 _Static_assert(offsetof(r2s_link_t, passthrough) == 0, "link.h and conn.h read the flag at offset 0");
 
@@ -207,6 +239,7 @@ void lk_peer_is_plain(r2s_link_t *l, int fd, int reason);
 void lk_mark_upgraded(r2s_link_t *l);
 
 /* ctrl.c */
+void lk_tx_unlock(r2s_link_t *l, int fd);
 int lk_queue_ctrl(r2s_link_t *l, const void *p, size_t len);
 int lk_queue_plain_locked(r2s_link_t *l, int reason);
 int lk_flush_ctrl(r2s_link_t *l, int fd);
@@ -222,6 +255,10 @@ bool lk_policy_allows_switch(const r2s_link_t *l);
 int lk_send_interlude_locked(r2s_link_t *l, int fd);
 bool lk_greet_locked(r2s_link_t *l, int fd);
 int lk_switch_tx(r2s_link_t *l, int fd);
+void lk_make_offer(r2s_link_t *l, int fd);
+int lk_switch_from_rx_locked(r2s_link_t *l, int fd);
+void lk_rx_unlock(r2s_link_t *l, int fd);
+void lk_answer_handshake_locked(r2s_link_t *l, int fd);
 void lk_connect_tp_locked(r2s_link_t *l, int fd);
 
 /* attach.c */

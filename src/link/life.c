@@ -74,9 +74,9 @@ void lk_peer_is_plain(r2s_link_t *l, int fd, int reason)
   if (!l->tcp_reason) l->tcp_reason = reason;
   set_rx(l, R2S_RX_PLAIN);
   lk_oobinline_to_kernel(l, fd);
-  if (pthread_mutex_trylock(&l->tx_lock) == 0) {
+  if (r2s__trylock(&l->tx_lock) == 0) {
     if (l->tx_state == R2S_TX_PROBE) set_tx(l, R2S_TX_PLAIN);
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
   }
   lk_settle_plain(l);
 }
@@ -153,9 +153,9 @@ bool r2s__link_sandbox(r2s_link_t *l)
 {
   /* Another thread inside the link: leave it (and the process to the
    * filter) rather than wait under the caller's locks. */
-  if (pthread_mutex_trylock(&l->rx_lock) != 0) return false;
-  if (pthread_mutex_trylock(&l->tx_lock) != 0) {
-    pthread_mutex_unlock(&l->rx_lock);
+  if (r2s__trylock(&l->rx_lock) != 0) return false;
+  if (r2s__trylock(&l->tx_lock) != 0) {
+    lk_rx_unlock(l, -1);
     return false;
   }
   int rx = l->rx_state, tx = l->tx_state;
@@ -172,8 +172,10 @@ bool r2s__link_sandbox(r2s_link_t *l)
     set_tx(l, R2S_TX_PLAIN);
     lk_settle_plain(l);
   }
-  pthread_mutex_unlock(&l->tx_lock);
-  pthread_mutex_unlock(&l->rx_lock);
+  /* No descriptor here: an owed doorbell or switch waits for the next
+   * holder (the sandboxed process's next call on the connection). */
+  lk_tx_unlock(l, -1);
+  lk_rx_unlock(l, -1);
   return quiet;
 }
 
@@ -183,6 +185,7 @@ void r2s__link_free(r2s_link_t *l)
   if (!__atomic_load_n(&l->passthrough, __ATOMIC_ACQUIRE))
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
   if (TPS(l)) TP(l)->release(TPS(l));
+  if (l->offer_state == R2S_OFFER_MADE && l->offer_st) l->offer_tp->release(l->offer_st); /* never taken */
   free(l->rx_ctrl);
   r2s__readahead_free(&l->rx_ahead);
   pthread_mutex_destroy(&l->rx_lock);
@@ -257,4 +260,22 @@ uint32_t r2s__link_wait_cap(const r2s_link_t *l)
 void r2s__link_set_wait_cap(r2s_link_t *l, uint32_t ms)
 {
   __atomic_store_n(&l->wait_cap_ms, ms, __ATOMIC_RELAXED);
+}
+
+void r2s__link_fork_child(r2s_link_t *l)
+{
+  /* The thread that held a lock at the fork is not in the child, and
+   * would never let it go (pthread_atfork(3)). The fields keep what that
+   * thread had written up to the fork: an operation it was in the middle
+   * of stays as far as it got (README, fork: a connection is used by one
+   * process at a time). An offer that such a thread was making is not
+   * made here: the next switch makes another. */
+  pthread_mutex_init(&l->rx_lock, NULL);
+  pthread_mutex_init(&l->tx_lock, NULL);
+  if (l->offer_state == R2S_OFFER_MAKING) l->offer_state = R2S_OFFER_NONE;
+}
+
+pthread_mutex_t *r2s__link_lock(r2s_link_t *l, bool tx)
+{
+  return tx ? &l->tx_lock : &l->rx_lock;
 }

@@ -41,7 +41,7 @@ void r2s__link_app_oob(r2s_link_t *l, int fd)
    * peer already switched towards us, it must hear that we passed its mark
    * (the interlude), or its own urgent data would have to wait forever. */
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   l->app_oob = true;
   if (l->tx_state == R2S_TX_PROBE) {
     if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
@@ -50,17 +50,17 @@ void r2s__link_app_oob(r2s_link_t *l, int fd)
   }
   if (fd >= 0) (void)lk_send_interlude_locked(l, fd);
   lk_settle_plain(l);
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
 }
 
 int r2s__link_set_oobinline(r2s_link_t *l, int fd, bool on)
 {
-  pthread_mutex_lock(&l->rx_lock);
+  r2s__lock(&l->rx_lock);
   bool kept = l->rx_state != R2S_RX_PLAIN || __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE);
   if (kept) __atomic_store_n(&l->app_oobinline, on, __ATOMIC_RELEASE);
   lk_oobinline_to_kernel(l, fd);
   lk_settle_plain(l);
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, fd);
   if (kept) return 0;
   int v = on;
   return r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v) < 0 ? -errno : 0;
@@ -73,7 +73,7 @@ int r2s__link_oobinline(r2s_link_t *l)
 
 int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
 {
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   int rc = 0;
   if (carries_frames(l)) {
     if (name == TCP_NODELAY)
@@ -83,15 +83,15 @@ int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
   } else {
     rc = r2s__libc.setsockopt(fd, IPPROTO_TCP, name, &v, sizeof v);
   }
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
   return rc;
 }
 
 int r2s__link_tcp_opt(r2s_link_t *l, int name)
 {
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   int v = !carries_frames(l) ? -1 : name == TCP_NODELAY ? l->tcp_nodelay : l->tcp_cork;
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, -1);
   return v;
 }
 
@@ -110,14 +110,14 @@ int r2s__link_atmark(r2s_link_t *l, int fd)
    * above all) are read first: the mark is judged where the application
    * really is. */
   lk_pump_from_sender(l, fd, false);
-  pthread_mutex_lock(&l->rx_lock);
+  r2s__lock(&l->rx_lock);
   if (l->rx_state == R2S_RX_RING && l->rx_plain_pending) {
     size_t want = 1;
     (void)lk_ring_ends_here(l, &want);
   }
   int st = l->rx_state, v = 0;
   size_t ahead = r2s__readahead_len(&l->rx_ahead);
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, fd);
   /* Bytes read ahead lie in front of any mark the kernel knows: the
    * application reaches it only after reading them. */
   if (ahead) return 0;
@@ -134,7 +134,7 @@ int r2s__link_atmark(r2s_link_t *l, int fd)
 
 ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, int flags, bool nonblock)
 {
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   int st = l->tx_state;
   greet_before_urgent_locked(l, fd);
   if (st == R2S_TX_PROBE) {
@@ -146,7 +146,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   (void)lk_send_interlude_locked(l, fd);
   if (st == R2S_TX_PLAIN && !l->interlude_sent && !l->interlude_owed) {
     l->app_urgent_sent = true; /* before it leaves: no interlude may follow */
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     ssize_t n = r2s__libc.send(fd, buf, len, flags);
     return n < 0 ? -errno : n;
   }
@@ -155,24 +155,24 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   while (!l->peer_passed_mark && !FAILED(l)) {
     /* Our interlude, or its rest, if the socket was full. */
     if (lk_send_interlude_locked(l, fd) == 0) (void)lk_flush_ctrl(l, fd);
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     lk_pump_from_sender(l, fd, true);
-    pthread_mutex_lock(&l->tx_lock);
+    r2s__lock(&l->tx_lock);
     if (l->peer_passed_mark || FAILED(l)) break;
     if (nonblock) {
-      pthread_mutex_unlock(&l->tx_lock);
+      lk_tx_unlock(l, fd);
       return -EAGAIN;
     }
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
     r2s__libc.poll(&p, 1, 10);
-    pthread_mutex_lock(&l->tx_lock);
+    r2s__lock(&l->tx_lock);
   }
   ssize_t rc = FAILED(l) ? FAILED(l) : 0;
   if (!rc && l->tx_data_left) rc = -EAGAIN; /* a DATA frame is half sent */
   if (!rc && l->tx_state == R2S_TX_PLAIN) { /* after an interlude: nothing to end */
     l->app_urgent_sent = true;
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     ssize_t n = r2s__libc.send(fd, buf, len, flags);
     return n < 0 ? -errno : n;
   }
@@ -181,21 +181,27 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
    * every other byte out), and the flush that empties the queue turns the
    * direction plain (lk_flush_ctrl). A retry finds it queued, or gone. */
   if (!rc && !l->plain_unsent) rc = lk_queue_plain_locked(l, R2S_REASON_APP_OOB);
-  /* The PLAIN frame must be in the socket before the urgent byte. */
+  /* The PLAIN frame must be in the socket before the urgent byte. The
+   * wait for room drops tx_lock: plain_unsent keeps every other byte out
+   * meanwhile (lk_queue_ctrl, r2s__link_tx_in_ring), and a sender that
+   * pushes the frame's rest itself turns the direction plain, which the
+   * loop then finds with nothing pending. */
   while (!rc && l->tx_pending_len) {
     rc = lk_flush_ctrl(l, fd);
     if (rc == -EAGAIN && !nonblock) {
+      lk_tx_unlock(l, fd);
       struct pollfd p = {fd, POLLOUT, 0};
       r2s__libc.poll(&p, 1, 100);
-      rc = 0;
+      r2s__lock(&l->tx_lock);
+      rc = FAILED(l);
     }
   }
   if (rc) {
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     return rc;
   }
   l->app_urgent_sent = true;
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
   ssize_t n = r2s__libc.send(fd, buf, len, flags);
   return n < 0 ? -errno : n;
 }

@@ -34,7 +34,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
   if ((events & POLLIN) && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) {
     *owned |= POLLIN;
-    if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+    if (r2s__trylock(&l->rx_lock) == 0) {
       /* Control frames up to the next DATA header, or those behind RING
        * when the ring is empty and a look is due. */
       if ((l->rx_state == R2S_RX_FRAMES && l->rx_data_left == 0) ||
@@ -53,7 +53,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
         int q = 0;
         if (r2s__libc.ioctl(fd, FIONREAD, &q) == 0 && q > 0) rev |= POLLIN;
       }
-      pthread_mutex_unlock(&l->rx_lock);
+      lk_rx_unlock(l, fd);
     } else {
       /* Another thread is reading: report what the ring says; if it is
        * empty the reader will consume any doorbell. */
@@ -92,13 +92,13 @@ bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen)
   bool ok = false;
   if (FAILED(l) || __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return false;
   if (bit == POLLOUT) {
-    if (!r2s__link_tx_in_ring(l) || pthread_mutex_trylock(&l->tx_lock) != 0) return false;
+    if (!r2s__link_tx_in_ring(l) || r2s__trylock(&l->tx_lock) != 0) return false;
     ssize_t sp = l->tx_state == R2S_TX_RING ? TP(l)->space(TPS(l)) : -1;
     if (sp >= 0) *gen = TP(l)->produced(TPS(l)) + (uint64_t)sp, ok = true;
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, -1);
     return ok;
   }
-  if (bit != POLLIN || r2s__readahead_len(&l->rx_ahead) || pthread_mutex_trylock(&l->rx_lock) != 0)
+  if (bit != POLLIN || r2s__readahead_len(&l->rx_ahead) || r2s__trylock(&l->rx_lock) != 0)
     return false;
   size_t one = 1;
   if (l->rx_state == R2S_RX_RING && !l->rx_shut && !l->rx_eof && !lk_ring_ends_here(l, &one)) {
@@ -110,7 +110,7 @@ bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen)
       ok = true;
     }
   }
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, -1);
   return ok;
 }
 
@@ -143,21 +143,21 @@ static void check_peer_alive(r2s_link_t *l, int fd)
    * lay behind it and its writer's sleeps returned at once (13,000 in a
    * 3 s run between two guests, each announced to the peer, and half the
    * throughput). */
-  if (pthread_mutex_trylock(&l->rx_lock) == 0) {
+  if (r2s__trylock(&l->rx_lock) == 0) {
     int st = l->rx_state;
     if (ended || ((st == R2S_RX_RING || st == R2S_RX_FRAMES) && lk_pump_is_due(l)))
       lk_read_control_locked(l, fd, true);
-    pthread_mutex_unlock(&l->rx_lock);
+    lk_rx_unlock(l, fd);
   } else if (ended) {
     return;
   }
   if (FAILED(l)) return;
   if (p.revents & (POLLERR | POLLHUP)) {
     __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
-  } else if ((p.revents & POLLRDHUP) && !l->eof_probed && pthread_mutex_trylock(&l->tx_lock) == 0) {
+  } else if ((p.revents & POLLRDHUP) && !l->eof_probed && r2s__trylock(&l->tx_lock) == 0) {
     l->eof_probed = true;
     lk_send_doorbell_locked(l, fd);
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
   }
 }
 

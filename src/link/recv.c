@@ -41,12 +41,12 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
       /* A receiver need not wait for its next write to offer its ring: the
        * peer may be about to send it a large response (rx_lock held, tx_lock
        * in lock order). */
-      pthread_mutex_lock(&l->tx_lock);
+      r2s__lock(&l->tx_lock);
       (void)lk_greet_locked(l, fd);
       if (l->tx_state == R2S_TX_PROBE && lk_policy_allows_switch(l) && !l->closing &&
-          lk_switch_tx(l, fd) == 0)
+          lk_switch_from_rx_locked(l, fd) == 0)
         l->tx_writes = 0, l->tx_probe_at = 1;
-      pthread_mutex_unlock(&l->tx_lock);
+      lk_tx_unlock(l, fd);
     }
   }
   if (mark) {
@@ -103,9 +103,9 @@ static ssize_t rx_frames(r2s_link_t *l, int fd, const struct iovec *iov, int cnt
 static void credit_wakeup(r2s_link_t *l, int fd)
 {
   if (!TP(l)->take_peer_tx_sleeper(TPS(l))) return;
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   lk_send_doorbell_locked(l, fd);
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
 }
 
 /* The peer went back to plain TCP after its ring's first rx_plain_at bytes
@@ -223,7 +223,7 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   /* Each state reads 0 from below as the end of the stream and keeps it
    * (rx_eof): an empty read would end the stream for good. */
   if (r2s__iov_total(iov, cnt) == 0) return -EINVAL;
-  pthread_mutex_lock(&l->rx_lock);
+  r2s__lock(&l->rx_lock);
   ssize_t n;
   do {
     if (FAILED(l)) {
@@ -249,7 +249,7 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   if (n == -EAGAIN && l->rx_shut) n = 0;
   n = lk_give_sock_err(l, n);
   if (n < 0) lk_settle_plain(l);
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, fd);
   return n;
 }
 
@@ -257,7 +257,7 @@ ssize_t r2s__link_recv_ring(r2s_link_t *l, int fd, const struct iovec *iov, int 
                             r2s_link_moved_t *mv)
 {
   ssize_t n = R2S_LINK_SLOW;
-  pthread_mutex_lock(&l->rx_lock);
+  r2s__lock(&l->rx_lock);
   if (l->rx_state == R2S_RX_RING && !FAILED(l) && !l->rx_plain_pending && !r2s__readahead_len(&l->rx_ahead)) {
     n = TP(l)->get(TPS(l), iov, cnt, want, false);
     if (n > 0) {
@@ -267,7 +267,7 @@ ssize_t r2s__link_recv_ring(r2s_link_t *l, int fd, const struct iovec *iov, int 
       n = R2S_LINK_SLOW; /* the end, an error, a bad index: r2s__link_recv's to handle */
     }
   }
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, fd);
   return n;
 }
 
@@ -275,7 +275,7 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd)
 {
   int q = 0;
   ssize_t n;
-  pthread_mutex_lock(&l->rx_lock);
+  r2s__lock(&l->rx_lock);
   if (l->rx_state == R2S_RX_RING) {
     n = TP(l)->avail(TPS(l));
   } else if (r2s__libc.ioctl(fd, FIONREAD, &q) < 0) {
@@ -286,6 +286,6 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd)
     n = q;
   }
   if (n >= 0) n += (ssize_t)r2s__readahead_len(&l->rx_ahead);
-  pthread_mutex_unlock(&l->rx_lock);
+  lk_rx_unlock(l, fd);
   return n;
 }

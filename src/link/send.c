@@ -109,9 +109,9 @@ static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
     /* The peer's kernel sends it right after the close: the error the
      * application gets is then the kernel's, reported once, as on TCP. */
     l->reset_awaited = true;
-    pthread_mutex_unlock(&l->tx_lock);
+    lk_tx_unlock(l, fd);
     (void)r2s__libc.poll(&p, 1, RESET_WAIT_MS);
-    pthread_mutex_lock(&l->tx_lock);
+    r2s__lock(&l->tx_lock);
     return RETRY;
   }
   __atomic_store_n(&l->peer_gone, 1, __ATOMIC_RELEASE);
@@ -123,7 +123,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
                        r2s_link_moved_t *mv)
 {
   if (mv) *mv = (r2s_link_moved_t){0};
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   /* The kernel checks for an error before it takes a byte. */
   ssize_t n = __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) ? -EAGAIN : RETRY;
   while (n == RETRY) {
@@ -143,10 +143,18 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
           __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at = next_probe(l->tx_writes);
       }
-      if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && lk_policy_allows_switch(l) &&
-          lk_switch_tx(l, fd) == 0) {
-        l->tx_writes = 0, l->tx_probe_at = 1;
-        continue;
+      if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && lk_policy_allows_switch(l)) {
+        int rc = lk_switch_tx(l, fd);
+        if (rc == -EINPROGRESS) { /* our offer is ours to make, with no lock held */
+          lk_tx_unlock(l, fd);
+          lk_make_offer(l, fd);
+          r2s__lock(&l->tx_lock);
+          continue; /* everything looked at again */
+        }
+        if (rc == 0) {
+          l->tx_writes = 0, l->tx_probe_at = 1;
+          continue;
+        }
       }
       if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN) {
         set_tx(l, R2S_TX_PLAIN);
@@ -171,9 +179,9 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       if (lk_awaits_peer(l) && (++l->tx_writes >= l->tx_probe_at || l->tx_frame_bytes >= PROBE_BYTES)) {
         l->tx_probe_at = next_probe(l->tx_writes);
         l->tx_frame_bytes = 0;
-        pthread_mutex_unlock(&l->tx_lock); /* lock order: rx before tx */
+        lk_tx_unlock(l, fd); /* lock order: rx before tx */
         lk_pump_from_sender(l, fd, true);
-        pthread_mutex_lock(&l->tx_lock);
+        r2s__lock(&l->tx_lock);
         continue;
       }
       lk_try_ring_tx(l, fd);
@@ -223,7 +231,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   }
   n = lk_give_sock_err(l, n);
   if (n < 0) lk_settle_plain(l);
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
   return n;
 }
 
@@ -231,7 +239,7 @@ ssize_t r2s__link_send_ring(r2s_link_t *l, int fd, const struct iovec *iov, int 
                             r2s_link_moved_t *mv)
 {
   ssize_t n = R2S_LINK_SLOW;
-  pthread_mutex_lock(&l->tx_lock);
+  r2s__lock(&l->tx_lock);
   if (r2s__link_tx_in_ring(l) && !l->tx_pending_len && !l->tx_shut && !FAILED(l)) {
     n = TP(l)->put(TPS(l), iov, cnt, 0, want);
     if (n > 0) {
@@ -241,6 +249,6 @@ ssize_t r2s__link_send_ring(r2s_link_t *l, int fd, const struct iovec *iov, int 
       n = R2S_LINK_SLOW; /* no room, or a failure: r2s__link_send's to handle */
     }
   }
-  pthread_mutex_unlock(&l->tx_lock);
+  lk_tx_unlock(l, fd);
   return n;
 }

@@ -153,12 +153,16 @@ void r2s__link_sized_buffers(r2s_link_t *l, int fd, bool sndbuf)
   if (st) size_buffers(l, __atomic_load_n(&l->tp, __ATOMIC_ACQUIRE), st, fd);
 }
 
-/* Sends the switch mark and our HANDSHAKE (with our receive ring); tx_lock
- * held, state PROBE. On failure to offer a ring the direction stays plain. */
-int lk_switch_tx(r2s_link_t *l, int fd)
+/* Makes our offer (transport.h) with no lock of the link held: a ring's
+ * making is slow work (shm: shm_open, ftruncate, mmap; RDMA: a device
+ * opened, its progress thread started, memory registered) that no reader
+ * or sender of this connection must wait behind. Called by the one that
+ * found the offer missing (lk_switch_tx returned -EINPROGRESS and set
+ * R2S_OFFER_MAKING), which alone fills it; published under tx_lock for
+ * lk_switch_tx to take. An offer that nobody takes (the direction settled
+ * on TCP in between) is released with the link. */
+void lk_make_offer(r2s_link_t *l, int fd)
 {
-  static const unsigned char mark = R2S_SWITCH_BYTE;
-  if (!lk_greet_locked(l, fd)) return -EPROTO;
   r2s_handshake_t hs;
   memset(&hs, 0, sizeof hs);
   hs.version = R2S_PROTO_VERSION;
@@ -172,25 +176,60 @@ int lk_switch_tx(r2s_link_t *l, int fd)
   const r2s_transport_t *tp = choose_transport(l, fd, &conn);
   r2s_tp_state_t *st = NULL;
   int rc = tp ? tp->offer(&st, &hs, &conn) : -ENODEV;
+  r2s__lock(&l->tx_lock);
+  l->offer_tp = tp;
+  l->offer_st = rc < 0 ? NULL : st;
+  l->offer_rc = rc < 0 ? rc : 0;
+  l->offer_hs = hs;
+  l->offer_state = R2S_OFFER_MADE;
+  lk_tx_unlock(l, fd);
+}
+
+/* Sends the switch mark and our HANDSHAKE (with our receive ring); tx_lock
+ * held, state PROBE. On failure to offer a ring the direction stays plain.
+ * Without an offer made yet it returns -EINPROGRESS, and the caller makes
+ * it (lk_make_offer) with every lock of the link dropped and calls again;
+ * -EAGAIN while another thread makes it (this write goes as plain TCP,
+ * in front of the mark, as any write before the switch). */
+int lk_switch_tx(r2s_link_t *l, int fd)
+{
+  static const unsigned char mark = R2S_SWITCH_BYTE;
+  if (!lk_greet_locked(l, fd)) return -EPROTO;
+  if (l->offer_state == R2S_OFFER_NONE) {
+    l->offer_state = R2S_OFFER_MAKING;
+    return -EINPROGRESS;
+  }
+  if (l->offer_state == R2S_OFFER_MAKING) return -EAGAIN;
+  const r2s_transport_t *tp = l->offer_tp;
+  r2s_tp_state_t *st = l->offer_st;
+  r2s_handshake_t hs = l->offer_hs;
+  int rc = l->offer_rc;
+  l->offer_state = R2S_OFFER_NONE;
+  l->offer_st = NULL;
   if (rc < 0) {
     r2s__debug("no %s ring to offer (%s): sending over TCP", tp ? tp->name : "transport's", strerror(-rc));
     l->tcp_reason = (rc == -ENODEV || rc == -ENOENT) ? R2S_REASON_NO_DEVICE : R2S_REASON_NO_RESOURCES;
     l->no_offer = true;
     set_tx(l, R2S_TX_PLAIN);
+    /* A peer that switched already waits for our HANDSHAKE (as in
+     * handle_handshake): the interlude tells it. */
+    if (__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) l->interlude_owed = true;
     return rc;
   }
   uint8_t frame[256];
   int len = r2s__handshake_encode(&hs, frame, sizeof frame);
-  if (len < 0 || (size_t)len > sizeof l->tx_pending - l->tx_pending_len) {
-    tp->release(st);
-    set_tx(l, R2S_TX_PLAIN);
-    return len < 0 ? len : -ENOBUFS;
-  }
-  ssize_t n = lk_ksend(fd, &mark, 1, MSG_OOB);
-  lk_keep_sock_err(l, n);
-  if (n != 1) { /* the send buffer is full: try again on a later write */
-    tp->release(st);
-    return n < 0 ? (int)n : -EAGAIN;
+  ssize_t n = len < 0 || (size_t)len > sizeof l->tx_pending - l->tx_pending_len ? 0 : lk_ksend(fd, &mark, 1, MSG_OOB);
+  if (n != 1) {
+    /* The offer stays made: released with the link (a release may wait
+     * for a device, never under tx_lock), or taken by a later write. */
+    l->offer_state = R2S_OFFER_MADE;
+    l->offer_st = st;
+    if (len < 0 || (size_t)len > sizeof l->tx_pending - l->tx_pending_len) {
+      set_tx(l, R2S_TX_PLAIN);
+      return len < 0 ? len : -ENOBUFS;
+    }
+    lk_keep_sock_err(l, n);
+    return n < 0 ? (int)n : -EAGAIN; /* the send buffer is full: try again on a later write */
   }
   /* tp first: a reader without the locks (r2s__link_peer_shares_cpu, from
    * another thread's wait) that sees tps calls through tp. */
@@ -239,4 +278,57 @@ void lk_connect_tp_locked(r2s_link_t *l, int fd)
   }
   l->ready_owed = true;
   lk_send_ready_locked(l, fd);
+}
+
+/* A reader (rx_lock held, tx_lock taken in order) that meets the peer's
+ * hello or HANDSHAKE switches our send direction at once if our offer is
+ * made; otherwise it must not make it under rx_lock, so the switch is
+ * owed and lk_rx_unlock makes it once rx_lock is free. Returns
+ * lk_switch_tx's result, or -EINPROGRESS when owed. */
+int lk_switch_from_rx_locked(r2s_link_t *l, int fd)
+{
+  if (l->offer_state == R2S_OFFER_MADE) return lk_switch_tx(l, fd);
+  __atomic_store_n(&l->switch_owed, 1, __ATOMIC_RELEASE);
+  return -EINPROGRESS;
+}
+
+/* What handle_handshake does once our direction is decided: our end set
+ * up for the peer (READY), the interlude if our direction stays plain,
+ * and the move into the peer's ring. tx_lock held. */
+void lk_answer_handshake_locked(r2s_link_t *l, int fd)
+{
+  if (!__atomic_load_n(&l->have_peer_hs, __ATOMIC_ACQUIRE)) return;
+  lk_connect_tp_locked(l, fd);
+  /* The peer switched and waits for our HANDSHAKE, which an end that uses
+   * urgent data or has no ring to offer never sends: the interlude tells
+   * it (without offers, so its direction goes plain too). */
+  if (l->tx_state == R2S_TX_PLAIN && (l->app_oob || l->no_offer)) l->interlude_owed = true;
+  (void)lk_send_interlude_locked(l, fd);
+  lk_try_ring_tx(l, fd);
+}
+
+/* The switch a reader owed (lk_switch_from_rx_locked): made with no lock
+ * held, then sent under tx_lock if the direction still wants it. */
+static void switch_owed(r2s_link_t *l, int fd)
+{
+  r2s__lock(&l->tx_lock);
+  for (int guard = 0; guard < 4; guard++) {
+    if (l->tx_state != R2S_TX_PROBE || !lk_policy_allows_switch(l) || l->closing) break;
+    int rc = lk_switch_tx(l, fd);
+    if (rc == 0) l->tx_writes = 0, l->tx_probe_at = 1;
+    if (rc != -EINPROGRESS) break; /* done, failed, or another thread makes the offer and switches */
+    lk_tx_unlock(l, fd);
+    lk_make_offer(l, fd);
+    r2s__lock(&l->tx_lock);
+  }
+  lk_answer_handshake_locked(l, fd);
+  lk_tx_unlock(l, fd);
+}
+
+void lk_rx_unlock(r2s_link_t *l, int fd)
+{
+  r2s__unlock(&l->rx_lock);
+  if (fd >= 0 && __atomic_load_n(&l->switch_owed, __ATOMIC_ACQUIRE) &&
+      __atomic_exchange_n(&l->switch_owed, 0, __ATOMIC_ACQ_REL))
+    switch_owed(l, fd);
 }

@@ -52,6 +52,7 @@
 
 #include "../clock.h"
 #include "../libc.h"
+#include "../lockdebug.h"
 #include "../log.h"
 #include "../options.h"
 #include "../ring.h"
@@ -66,6 +67,15 @@
 #define RQ_DEPTH     R2S_RDMA_RECVS /* receives posted for the peer's immediates */
 #define SIGNAL_EVERY 32  /* at least one send in this many asks for a completion */
 #define WANT_INLINE  64  /* bytes a send may carry inside the request */
+/* Send slots a data write leaves free for the control writes (credits,
+ * reports, sleep announcements, the close): a writer that fills the
+ * queue with data still gets its announcement out, and a reader's credit
+ * is not held up by the writer of the other direction. */
+#define SQ_CTRL_RESERVE 16
+/* A writer announces this as the head it saw when its send queue, not
+ * the ring, is full: the peer's progress thread rings at once (see
+ * rdma_sleep_tx). */
+#define SLEEP_AT_RING_NOW UINT64_MAX
 
 enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
 /* Receives a producer leaves for its sleep announcements: data writes
@@ -124,6 +134,8 @@ struct r2s_tp_state_s {
   /* posting (post_lock): send queue accounting and the credit we sent */
   pthread_mutex_t post_lock;
   unsigned sq_out, unsignalled;
+  int sq_full;    /* atomic: a data write found no send slots (space() says 0 until some free) */
+  int close_owed; /* post_lock: close_tx found the queue full; the flush posts it */
   uint64_t credit_sent; /* atomic reads outside the lock */
 
   /* data immediates (see the top): peer_imm is set by connect, before
@@ -268,10 +280,13 @@ static void reap_locked(r2s_tp_state_t *st)
   if (k < 0) fail_qp(st, "cannot poll the send queue");
 }
 
-/* Waits until `need` send slots are free; post_lock held. The NIC frees
- * them within a round trip, or fails the queue pair after its retries; a
- * queue still full at the deadline fails the connection unless `soft`
- * (a close that gives up waiting has nothing left to fail). */
+/* Waits until `need` send slots are free; post_lock held, and let go
+ * while the wait sleeps (the progress thread and the readers' credits
+ * must not wait behind it). The NIC frees them within a round trip, or
+ * fails the queue pair after its retries; a queue still full at the
+ * deadline fails the connection unless `soft` (a close that gives up
+ * waiting has nothing left to fail). Only a flush waits (drain): a
+ * data or control write that finds the queue full does not (post_locked). */
 static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline, bool soft)
 {
   for (unsigned spins = 0;; spins++) {
@@ -296,21 +311,32 @@ static int wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline
      * CPU go (on a small machine the NIC, or Soft-RoCE, needs it). */
     if (spins > 64) {
       struct timespec ts = {0, spins > 1024 ? 200000 : 10000};
+      r2s__unlock(&st->post_lock);
+      r2s__lock_debug_blocking("nanosleep");
       nanosleep(&ts, NULL);
+      r2s__lock(&st->post_lock);
     }
   }
 }
 
+/* Are `need` send slots free, beyond `reserve`? Takes the completions
+ * there are first. post_lock held. */
+static bool sq_room_locked(r2s_tp_state_t *st, unsigned need, unsigned reserve)
+{
+  if (st->sq_out + need + reserve <= SQ_DEPTH) return true;
+  reap_locked(st);
+  return st->sq_out + need + reserve <= SQ_DEPTH;
+}
+
 /* Posts a chain of n requests; the last asks for a completion when due
- * (its wr_id says how many requests that completion retires). */
+ * (its wr_id says how many requests that completion retires). A full
+ * queue is -EAGAIN, never a wait (transport.h: put never blocks, and the
+ * callers hold locks): the caller tries again later. post_lock held. */
 static int post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool signal)
 {
-  if (st->sq_out + n > SQ_DEPTH) {
-    /* A live queue pair frees slots within round trips, and a dead one
-     * fails by its own retries; this only catches a device that does
-     * neither, so it is generous (a starved guest once took over 5 s). */
-    int rc = wait_slots_locked(st, n, r2s__now_ns() + 30000000000ll, false);
-    if (rc) return rc;
+  if (!sq_room_locked(st, n, 0)) {
+    int err = state_error(st);
+    return err ? err : -EAGAIN;
   }
   for (unsigned i = 0; i + 1 < n; i++) wr[i].next = &wr[i + 1];
   wr[n - 1].next = NULL;
@@ -411,7 +437,9 @@ static int announce_locked(r2s_tp_state_t *st, uint64_t value, uint64_t raddr, u
     st->imm_posted++;
   }
   wr.imm_data = htonl(imm);
-  return post_locked(st, &wr, 1, false);
+  int rc = post_locked(st, &wr, 1, false);
+  if (rc && peer_imm(st)) st->imm_posted--; /* not posted: no receive of the peer's used */
+  return rc;
 }
 
 /* May the next data write carry an immediate? Not when the peer may be
@@ -697,9 +725,9 @@ static int rdma_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   st->r_rkey = o->ring_rkey;
   st->r_credit = o->credit_addr;
   st->r_credit_rkey = o->credit_rkey;
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   __atomic_store_n(&st->connected, true, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
   return 0;
 }
 
@@ -736,10 +764,22 @@ static uint64_t imm_span_left(r2s_tp_state_t *st, uint64_t from)
 {
   uint64_t left = r2s__imm_span_left(st->imm_last_tail, from);
   if (left >= st->peer.size) return UINT64_MAX; /* far from it: no need to look */
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   bool room = imm_room_locked(st);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
   return room ? UINT64_MAX : left;
+}
+
+/* The send queue had no slots for a data write (sq_full): are there now?
+ * Clears the flag once there are. */
+static bool sq_freed(r2s_tp_state_t *st)
+{
+  if (!__atomic_load_n(&st->sq_full, __ATOMIC_SEQ_CST)) return true;
+  r2s__lock(&st->post_lock);
+  bool room = sq_room_locked(st, 3, SQ_CTRL_RESERVE);
+  if (room) __atomic_store_n(&st->sq_full, 0, __ATOMIC_SEQ_CST);
+  r2s__unlock(&st->post_lock);
+  return room;
 }
 
 static ssize_t rdma_space(r2s_tp_state_t *st)
@@ -747,6 +787,9 @@ static ssize_t rdma_space(r2s_tp_state_t *st)
   int err = state_error(st);
   if (err) return err;
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
+  /* A full send queue is a full ring to the writer: it waits (and is
+   * woken) the same way (rdma_sleep_tx). */
+  if (!sq_freed(st)) return 0;
   ssize_t n = r2s__ring_space(&st->peer);
   if (n <= 0 || !peer_imm(st)) return n;
   uint64_t left = imm_span_left(st, st->peer.tail);
@@ -762,6 +805,11 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
   struct ibv_send_wr wr[3];
   struct ibv_sge sge[3];
   unsigned k = 0;
+  if (!sq_room_locked(st, 3, SQ_CTRL_RESERVE)) {
+    __atomic_store_n(&st->sq_full, 1, __ATOMIC_SEQ_CST);
+    int err = state_error(st);
+    return err ? err : -EAGAIN;
+  }
   for (uint64_t pos = from; pos < to; k++) {
     uint64_t off = pos & st->peer.mask, len = to - pos;
     if (len > st->peer.size - off) len = st->peer.size - off;
@@ -806,11 +854,20 @@ static ssize_t rdma_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, si
     if (left < max) max = (size_t)left;
     if (max == 0) return 0;
   }
+  if (!sq_freed(st)) return 0;
   ssize_t n = r2s__ring_put(&st->peer, iov, cnt, skip, max);
   if (n <= 0) return n;
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   int rc = post_data_locked(st, from, st->peer.tail);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
+  if (rc == -EAGAIN) {
+    /* No send slots after all (control writes took them): the bytes are
+     * taken back from our copy, which nobody else reads, and the caller
+     * hears of a full ring (0). */
+    st->peer.tail = from;
+    __atomic_store_n(&st->peer.ctl->tail, from, __ATOMIC_SEQ_CST);
+    return 0;
+  }
   if (rc < 0) return rc;
   /* Before the caller looks at armed_rx (take_peer_rx_sleeper): the
    * progress thread arms, then reads this (Dekker, within the process). */
@@ -828,13 +885,24 @@ static bool rdma_take_peer_rx_sleeper(r2s_tp_state_t *st)
   return __atomic_load_n(&st->armed_rx, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&st->armed_rx, 0, __ATOMIC_SEQ_CST);
 }
 
+/* A writer about to sleep tells the peer the head it saw; the peer's
+ * progress thread rings once it has sent a credit beyond it. A writer
+ * whose send queue is full (sq_full) waits for the device, not for the
+ * peer's reader, and nothing of ours can wake it (it sleeps on the TCP
+ * socket, which only the peer can make readable): it asks the peer to
+ * ring at once (SLEEP_AT_RING_NOW). The announcement goes behind every
+ * write of ours in the queue, so by the time the peer hears it, it has
+ * acknowledged them all and our slots are free or about to be; a writer
+ * that still finds none announces again. */
 static void rdma_sleep_tx(r2s_tp_state_t *st, bool on)
 {
   if (!on || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
-  uint64_t seen = __atomic_load_n(&peer_cline(st)->head, __ATOMIC_ACQUIRE);
-  pthread_mutex_lock(&st->post_lock);
+  uint64_t seen = __atomic_load_n(&st->sq_full, __ATOMIC_SEQ_CST)
+                      ? SLEEP_AT_RING_NOW
+                      : __atomic_load_n(&peer_cline(st)->head, __ATOMIC_ACQUIRE);
+  r2s__lock(&st->post_lock);
   (void)announce_locked(st, seen, st->r_ring + OFF_PSLEEP, st->r_rkey, IMM_TX_SLEEP);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
 }
 
 static void rdma_close_tx(r2s_tp_state_t *st)
@@ -850,9 +918,10 @@ static void rdma_close_tx(r2s_tp_state_t *st)
   unsigned n = 0;
   if (peer_imm(st)) inline_write(&wr[n], &sge[n], &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey), n++;
   inline_write(&wr[n], &sge[n], &one, 4, st->r_ring + OFF_PCLOSED, st->r_rkey), n++;
-  pthread_mutex_lock(&st->post_lock);
-  (void)post_locked(st, wr, n, false);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__lock(&st->post_lock);
+  /* A full queue: the flush, which waits for slots, posts it. */
+  if (post_locked(st, wr, n, false) == -EAGAIN) st->close_owed = 1;
+  r2s__unlock(&st->post_lock);
 }
 
 /* ---- consumer ---- */
@@ -920,14 +989,14 @@ static void take_recvs_locked(r2s_tp_state_t *st)
 static void poll_recvs(r2s_tp_state_t *st)
 {
   if (!peer_imm(st)) return;
-  pthread_mutex_lock(&st->rx_lock);
+  r2s__lock(&st->rx_lock);
   take_recvs_locked(st);
-  pthread_mutex_unlock(&st->rx_lock);
+  r2s__unlock(&st->rx_lock);
   if (__atomic_load_n(&st->recvs_done, __ATOMIC_ACQUIRE) - __atomic_load_n(&st->recvs_reported, __ATOMIC_ACQUIRE) >=
       REPORT_EVERY) {
-    pthread_mutex_lock(&st->post_lock);
+    r2s__lock(&st->post_lock);
     (void)report_locked(st, REPORT_EVERY);
-    pthread_mutex_unlock(&st->post_lock);
+    r2s__unlock(&st->post_lock);
   }
 }
 
@@ -951,9 +1020,9 @@ static ssize_t rdma_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, si
     /* Credits in batches of a quarter ring: a producer with room left
      * does not need them sooner, one that waits asks (IMM_TX_SLEEP). */
     if (st->own.head - __atomic_load_n(&st->credit_sent, __ATOMIC_ACQUIRE) >= st->own.size / 4) {
-      pthread_mutex_lock(&st->post_lock);
+      r2s__lock(&st->post_lock);
       (void)credit_locked(st);
-      pthread_mutex_unlock(&st->post_lock);
+      r2s__unlock(&st->post_lock);
     }
   }
   if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE))
@@ -971,19 +1040,19 @@ static bool rdma_take_peer_tx_sleeper(r2s_tp_state_t *st)
   if (!__atomic_load_n(&st->armed_tx, __ATOMIC_SEQ_CST) || !__atomic_exchange_n(&st->armed_tx, 0, __ATOMIC_SEQ_CST))
     return false;
   /* The doorbell must find the credit there, or follow it closely. */
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   (void)credit_locked(st);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
   return true;
 }
 
 static void rdma_sleep_rx(r2s_tp_state_t *st, bool on)
 {
   if (!on || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   (void)credit_locked(st);
   (void)announce_locked(st, __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST), st->r_credit + OFF_CSLEEP, st->r_credit_rkey, IMM_RX_SLEEP);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
 }
 
 static bool rdma_peer_tx_closed(r2s_tp_state_t *st)
@@ -1009,11 +1078,11 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
    * it), or the completion was still in the queue when we polled (we
    * take it ourselves). */
   (void)ibv_req_notify_cq(st->rcq, peer_imm(st) ? 1 : 0);
-  pthread_mutex_lock(&st->rx_lock);
+  r2s__lock(&st->rx_lock);
   take_recvs_locked(st);
   int pending = st->pending_sleep;
   st->pending_sleep = 0;
-  pthread_mutex_unlock(&st->rx_lock);
+  r2s__unlock(&st->rx_lock);
   if (state_error(st)) return;
   bool rx = pending & IMM_RX_SLEEP, tx = pending & IMM_TX_SLEEP;
   /* The doorbells below go through our duplicate of the socket. Without it
@@ -1023,9 +1092,9 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
    * sleeper's wait ends by its slice (100 ms) at the latest. */
   int fd;
   /* A producer that waits may wait for receives: it gets the count now. */
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   (void)report_locked(st, tx ? 1 : REPORT_EVERY);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
   if (rx) { /* the peer's reader sleeps: does it know of all we posted? */
     __atomic_store_n(&st->armed_rx, 1, __ATOMIC_SEQ_CST);
     uint64_t seen = __atomic_load_n(&peer_cline(st)->consumer_sleep_at, __ATOMIC_ACQUIRE);
@@ -1036,10 +1105,10 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
   if (tx) { /* the peer's writer waits for room: did we free some it has not seen? */
     __atomic_store_n(&st->armed_tx, 1, __ATOMIC_SEQ_CST);
     uint64_t seen = __atomic_load_n(&st->own.ctl->producer_sleep_at, __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&st->post_lock);
+    r2s__lock(&st->post_lock);
     (void)credit_locked(st);
-    bool ring = __atomic_load_n(&st->credit_sent, __ATOMIC_ACQUIRE) > seen;
-    pthread_mutex_unlock(&st->post_lock);
+    bool ring = __atomic_load_n(&st->credit_sent, __ATOMIC_ACQUIRE) > seen || seen == SLEEP_AT_RING_NOW;
+    r2s__unlock(&st->post_lock);
     if (ring && (fd = own_fd(st)) >= 0 && __atomic_exchange_n(&st->armed_tx, 0, __ATOMIC_SEQ_CST))
       st->wake(st->wake_arg, fd);
   }
@@ -1056,11 +1125,17 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
 void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns)
 {
   if (foreign(st) || tcp_reset(st)) return;
-  pthread_mutex_lock(&st->post_lock);
+  r2s__lock(&st->post_lock);
   reap_locked(st);
   if (peer_done(st)) {
-    pthread_mutex_unlock(&st->post_lock);
+    r2s__unlock(&st->post_lock);
     return;
+  }
+  if (st->close_owed && !state_error(st) && wait_slots_locked(st, 2, (int64_t)deadline_ns, true) == 0) {
+    st->close_owed = 0;
+    r2s__unlock(&st->post_lock);
+    rdma_close_tx(st);
+    r2s__lock(&st->post_lock);
   }
   if (!state_error(st) && (st->sq_out || __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST) != st->credit_sent))
     (void)final_credit_locked(st);
@@ -1068,7 +1143,7 @@ void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns)
    * (about 0.5 s) or its bound, or found the peer reset. */
   if (st->sq_out && !state_error(st) && wait_slots_locked(st, SQ_DEPTH, (int64_t)deadline_ns, true) != 0)
     R2S_STAT_INC(rdma_drain_failed);
-  pthread_mutex_unlock(&st->post_lock);
+  r2s__unlock(&st->post_lock);
 }
 
 void r2s__rdma_exit(int ms)
