@@ -5,6 +5,8 @@
 #                                      path: it is only ever LD_PRELOADed)
 #   <prefix>/lib/r2sock/r2sock-check   what `r2sock-run --check` runs
 #   <prefix>/lib/r2sock/r2sock-rules   ... to check and explain the rules file
+#   <prefix>/lib/r2sock/r2sock-preload.sh  what goes in LD_PRELOAD for a path
+#                                      with a blank (sourced by both scripts)
 #   <prefix>/bin/r2sock-run            the launcher (finds ../lib/r2sock/)
 #   <prefix>/bin/r2sock-stat           the live statistics viewer
 #   <prefix>/share/man/man{1,7}/       r2sock(7), r2sock-run(1), r2sock-stat(1)
@@ -17,6 +19,7 @@ set(R2SOCK_INSTALL_PKGLIBDIR lib/r2sock)
 
 install(TARGETS r2sock LIBRARY DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
 install(PROGRAMS scripts/r2sock-check DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
+install(FILES scripts/r2sock-preload.sh DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
 install(TARGETS r2sock-rules RUNTIME DESTINATION ${R2SOCK_INSTALL_PKGLIBDIR})
 install(PROGRAMS scripts/r2sock-run DESTINATION ${CMAKE_INSTALL_BINDIR})
 

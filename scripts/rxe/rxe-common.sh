@@ -20,8 +20,8 @@ note() { echo "$PROG: $*" >&2; }
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }   # seconds elapsed since a now() value
 
-# The guest finds the kernel via a 9p path on its own kernel command line and
-# in guest.env, both of which split on white space.
+# The guest's kernel and initramfs come from the cache; it stays a path
+# without white space, like every path the kernel command line names.
 case $VM_DIR in *[[:space:]]*) die "R2SOCK_VM_DIR must not contain white space: '$VM_DIR'";; esac
 
 # load_guest_conf: read what build-guest produced (KVER, KERNEL, INITRD, KDIR).
@@ -51,7 +51,6 @@ hold_shared_lock() {
 new_rundir() {
   if [ -n "${1:-}" ]; then
     RUN=$(mkdir -p "$1" && cd "$1" && pwd) || die "cannot create run dir $1"
-    case $RUN in *[[:space:]]*) die "run dir must not contain white space: '$RUN'";; esac
     # a reused run dir must not leak results of an earlier run into this one
     find "$RUN" -mindepth 1 -delete
   else
@@ -91,7 +90,11 @@ boot_guest() {
   # R2SOCK_VM_DEBUG=1: the kernel's boot messages on the console, for a guest
   # that does not come up
   [ -n "${R2SOCK_VM_DEBUG:-}" ] && append="console=ttyS0 loglevel=7 panic=-1 mitigations=off tsc=reliable no_timer_check"
-  append+=" r2s.stage2=$RXE_TOOLS/guest-stage2 r2s.id=${id:-0}"
+  # The kernel command line splits at white space, and a checkout may have
+  # some in its path ("/tmp/r2 sock/main"): stage2 is named by its copy in
+  # the run dir, which the guest mounts at /xfer.
+  cp "$RXE_TOOLS/guest-stage2" "$RUN/guest-stage2"
+  append+=" r2s.stage2=/xfer/guest-stage2 r2s.id=${id:-0}"
   timeout -k 10 "$((tmo + BOOT_MARGIN))" \
     qemu-system-x86_64 -accel tcg,thread=multi -cpu "$VM_CPU" -smp "$smp" -m "$mem" \
       -no-reboot -display none -monitor none -nodefaults \
@@ -99,7 +102,7 @@ boot_guest() {
       -kernel "$KERNEL" -initrd "$INITRD" -append "$append" \
       -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
       -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
-      -fsdev local,id=xfer,path="$RUN",security_model=none \
+      -fsdev local,id=xfer,path="${RUN//,/,,}",security_model=none \
       -device virtio-9p-pci,fsdev=xfer,mount_tag=xfer \
       "$@" < /dev/null > "$RUN/qemu$sfx.log" 2>&1
 }

@@ -57,7 +57,7 @@ field() { dpkg-deb -f "$deb" "$1"; }
 log "control: $(field Package) $(field Version) $(field Architecture); Depends: $(field Depends); Recommends: $(field Recommends)"
 
 # Exactly these files, owned by root, the programs executable.
-want="./usr/bin/r2sock-run ./usr/lib/r2sock/libr2sock.so ./usr/lib/r2sock/r2sock-check ./usr/lib/r2sock/r2sock-rules
+want="./usr/bin/r2sock-run ./usr/lib/r2sock/libr2sock.so ./usr/lib/r2sock/r2sock-check ./usr/lib/r2sock/r2sock-preload.sh ./usr/lib/r2sock/r2sock-rules
 ./usr/share/man/man1/r2sock-run.1.gz ./usr/share/man/man7/r2sock.7.gz"
 [ "$has_stat" != 1 ] || want="$want ./usr/bin/r2sock-stat ./usr/share/man/man1/r2sock-stat.1.gz"
 want=$(tr ' ' '\n' <<<"$want" | sort)

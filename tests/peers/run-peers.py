@@ -210,7 +210,12 @@ class Runner:
         # LD_PRELOAD (tests/integration/lib.sh does the same).
         ldd = subprocess.run(["ldd", self.lib], capture_output=True, text=True).stdout
         rt = re.search(r"=>\s*(\S*lib[at]san\.so\S*)", ldd)
-        self.preload = (rt.group(1) + ":" if rt else "") + self.lib
+        # (the library as r2sock-run preloads it: through a link when its
+        # path has a blank or a colon, which the loader splits at)
+        helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "r2sock-preload.sh")
+        path = subprocess.run(["bash", "-c", '. "$1" && r2s_preload_path "$2"', "bash", helper, self.lib],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        self.preload = (rt.group(1) + ":" if rt else "") + path
         self.sanitizer_env = {}
         if rt and "libasan" in rt.group(1):
             # Python leaks at exit by design; memory errors still abort.

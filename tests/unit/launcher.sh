@@ -50,7 +50,29 @@ got=$(cd "$(dirname "$lib")" && LD_PRELOAD=libfoo.so "$launcher" --lib "./$(base
 # (a sanitizer build's runtime must come first of all: the launcher puts it there)
 san_rt=
 [[ $got == LD_PRELOAD=*/lib*san.so* ]] && san_rt=$(echo "${got#LD_PRELOAD=}" | cut -d' ' -f1)' '
-[[ $got == "LD_PRELOAD=$san_rt$(readlink -f "$lib")"*" libfoo.so" ]] || fail "expected LD_PRELOAD=<absolute lib> ... libfoo.so, saw $got"
+# (a checkout at a path with a blank is preloaded through a link: r2sock-preload.sh)
+# shellcheck source=scripts/r2sock-preload.sh
+. "$(dirname "$launcher")/r2sock-preload.sh"
+want_lib=$(r2s_preload_path "$(readlink -f "$lib")")
+[[ $got == "LD_PRELOAD=$san_rt$want_lib"*" libfoo.so" ]] || fail "expected LD_PRELOAD=<absolute lib> ... libfoo.so, saw $got"
+
+# A library whose path has a blank or a colon, which the loader would split
+# at: the program gets it through a link whose path has neither, and the
+# library is loaded (it prints its options).
+mkdir -p "$tmp/a b:c"
+cp "$lib" "$tmp/a b:c/"
+spaced=$tmp/a\ b:c/$(basename "$lib")
+got=$(env -u LD_PRELOAD "$launcher" --lib "$spaced" -- env | grep '^LD_PRELOAD=')
+link=${got##* }
+link=${link#LD_PRELOAD=}
+[[ $link != *[[:space:]:]* && $(readlink "$link") == "$spaced" ]] ||
+  fail "--lib '$spaced': expected LD_PRELOAD to end with a link to it without blanks or colons, saw $got"
+out=$(env -u LD_PRELOAD "$launcher" --lib "$spaced" --verbose -- /bin/true 2>&1)
+grep -q 'option R2SOCK_UPGRADE' <<<"$out" || fail "--lib '$spaced': the library did not load: $out"
+out=$(LD_PRELOAD=$spaced "$launcher" --lib "$lib" -- /bin/true 2>&1)
+grep -q 'warning: LD_PRELOAD=.* blank or a colon' <<<"$out" ||
+  fail "a caller's LD_PRELOAD naming one file with a blank: expected a warning, saw '$out'"
+echo "launcher: a library at a path with a blank and a colon loads through a link; a caller's such LD_PRELOAD is named"
 got=$(cd "$tmp" && run --stats-file rel.stats -- env | grep '^R2SOCK_STATS_FILE=')
 [ "$got" = "R2SOCK_STATS_FILE=$tmp/rel.stats" ] || fail "a relative --stats-file must become $tmp/rel.stats, saw $got"
 got=$(cd "$tmp" && run --config rel.conf -- env | grep '^R2SOCK_CONFIG=')
@@ -84,7 +106,7 @@ echo "launcher: usage errors exit 2 with a message"
 # also when reached through a symbolic link.
 mkdir -p "$tmp/p/bin" "$tmp/p/lib/r2sock" "$tmp/links"
 cp "$launcher" "$tmp/p/bin/r2sock-run"
-cp "$(dirname "$launcher")/r2sock-check" "$lib" "$(dirname "$lib")/r2sock-rules" "$tmp/p/lib/r2sock/"
+cp "$(dirname "$launcher")/r2sock-check" "$(dirname "$launcher")/r2sock-preload.sh" "$lib" "$(dirname "$lib")/r2sock-rules" "$tmp/p/lib/r2sock/"
 ln -s "$tmp/p/bin/r2sock-run" "$tmp/links/r2sock-run"
 got=$(env -u LD_PRELOAD "$tmp/links/r2sock-run" -- env | grep '^LD_PRELOAD=')
 [[ $got == "LD_PRELOAD=$tmp/p/lib/r2sock/$(basename "$lib")" || $got == "LD_PRELOAD="*" $tmp/p/lib/r2sock/$(basename "$lib")" ]] ||
