@@ -34,9 +34,9 @@
  *    the thread is done with the state; after destroying its verbs
  *    objects the state drops its device reference.
  *  - Locks: devs_lock, then live_lock (rdma_dev.c); a connection's
- *    post_lock and rx_lock (rdma.c) are leaves, taken under a link lock
- *    and never held across a wait (the drain lets post_lock go while it
- *    sleeps). The progress thread takes only live_lock and a connection's
+ *    post_lock and rx_lock (rdma_conn.h) are leaves, taken under a link
+ *    lock and never held across a wait (the drain lets post_lock go while
+ *    it sleeps). The progress thread takes only live_lock and a connection's
  *    own locks, never a link's (its doorbells try tx_lock, link/ctrl.c).
  *    After fork() the child re-initialises devs_lock and live_lock and
  *    never takes a connection's locks (its state is the parent's).
