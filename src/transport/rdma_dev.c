@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "../clock.h"
-#include "../init.h"
 #include "../libc.h"
 #include "../log.h"
 #include "../options.h"
