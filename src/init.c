@@ -25,7 +25,6 @@
 #include "transport.h"
 
 int r2s__ready;
-__thread int r2s__in_shim;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 /* Who started the shim, for the debug log (and the test that checks that a

@@ -9,10 +9,8 @@
  *  - Start-up order: libc table, options, log level, fd table, fork handlers,
  *    adoption of TCP sockets inherited across exec. Nothing in it calls a
  *    public socket name.
- *  - r2s__in_shim is a thread-local depth counter: non-zero while the shim
- *    itself runs code that may call back into the wrappers (start-up, and
- *    the libraries a transport calls). The wrappers then pass every call
- *    straight to libc, so the shim never recurses into itself.
+ *  - Start-up runs with r2s__in_shim raised (libc.h): what it calls passes
+ *    straight to libc.
  *  - If a wrapper is re-entered during start-up from the same thread (a
  *    malloc interposer that writes, say), it passes through to libc.
  */
@@ -20,7 +18,6 @@
 #define R2S_INIT_H
 
 extern int r2s__ready;
-extern __thread int r2s__in_shim;
 
 void r2s__init_slow(void);
 

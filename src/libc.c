@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 
 r2s_libc_t r2s__libc;
+__thread int r2s__in_shim;
 
 void r2s__say_raw(const char *a, const char *b, const char *c)
 {

@@ -9,6 +9,11 @@
  *  - Every internal I/O of the shim (logging, stats files, the real socket
  *    calls) goes through this table, never through the public names, so the
  *    shim never re-enters its own wrappers.
+ *  - r2s__in_shim is a thread-local depth counter: non-zero while the shim
+ *    itself runs code that may call back into the wrappers (start-up, the
+ *    libraries a transport calls, the shim's own threads). The wrappers
+ *    then pass every call straight to this table, so the shim never
+ *    recurses into itself.
  *  - Functions marked OPT may be absent from the running libc (older glibc);
  *    their pointer is then NULL and the wrapper reports ENOSYS, exactly as a
  *    libc without the symbol would have failed to link.
@@ -85,6 +90,7 @@ typedef struct r2s_libc_s {
 } r2s_libc_t;
 
 extern r2s_libc_t r2s__libc;
+extern __thread int r2s__in_shim;
 
 /* Resolves every entry; returns 0, or -ENOSYS if a required one is missing
  * (the name is logged). Safe to call from several threads at once. */

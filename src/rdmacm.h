@@ -12,8 +12,8 @@
  *  - librdmacm links libibverbs.so.1, so it uses the one instance loaded
  *    by r2s__verbs_load(): the ibv_context it hands out is a context of
  *    the same library as the shim's.
- *  - Kept out of verbs.h: <rdma/rdma_cma.h> declares names (rdma_connect,
- *    ...) that the transport uses for its own static functions.
+ *  - Kept out of verbs.h: <rdma/rdma_cma.h> declares many rdma_* names
+ *    (rdma_connect, ...) that only rdma_dev.c needs.
  */
 #ifndef R2S_RDMACM_H
 #define R2S_RDMACM_H

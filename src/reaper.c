@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "init.h"
 #include "libc.h"
 #include "lingerer.h"
 #include "log.h"

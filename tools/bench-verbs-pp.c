@@ -7,11 +7,11 @@
  *   the client prints "n=N median_us=M p99_us=P" (one way: half the round trip,
  *   as ib_write_lat and sockperf report), after 0.4 s of warm-up
  *
- * Each message is what src/transport/rdma.c does for a small write: the bytes
- * are copied into a registered copy of the peer's 2 MiB ring, sent with one
- * RDMA WRITE WITH IMMEDIATE (inline up to 64 bytes; the immediate carries the
- * offset, where the shim sends its tail) to the same offset of the
- * peer's ring, one request in 32 asks for a completion; the reader polls its
+ * Each message is what src/transport/rdma_producer.c does for a small write:
+ * the bytes are copied into a registered copy of the peer's 2 MiB ring, sent
+ * with one RDMA WRITE WITH IMMEDIATE (inline up to 64 bytes; the immediate
+ * carries the offset, where the shim sends its tail) to the same offset of
+ * the peer's ring, one request in 32 asks for a completion; the reader polls its
  * receive completion queue, reposts one receive per completion and copies
  * the bytes out of its ring. The server answers every message with the same
  * bytes and the client checks them. The queue pair data is exchanged over a
@@ -50,7 +50,8 @@
 #include "options.h"
 
 /* The shim's own ring size and receive depth; the send queue, the signal
- * interval and the inline limit are rdma.c's private choices, copied. */
+ * interval and the inline limit are the transport's private choices
+ * (transport/rdma_conn.h), copied. */
 #define RING         R2S_RING_AUTO_RDMA
 #define RQ_DEPTH     R2S_RDMA_RECVS
 #define SQ_DEPTH     256u

@@ -33,11 +33,14 @@
  *    device's asynchronous events). r2s__rdma_untrack() returns only once
  *    the thread is done with the state; after destroying its verbs
  *    objects the state drops its device reference.
- *  - Locks: devs_lock, then live_lock (rdma_dev.c); a connection's
- *    post_lock and rx_lock (rdma.c) are leaves, taken under a link lock
- *    and never held across a wait (the drain lets post_lock go while it
- *    sleeps). The progress thread takes only live_lock and a connection's
- *    own locks, never a link's (its doorbells try tx_lock, link/ctrl.c).
+ *  - Locks: devs_lock, then live_lock (rdma_dev.c). devs_lock is held only
+ *    to look a device up and count a reference, or to list or unlist one:
+ *    a device is opened (libibverbs, its progress thread) and the RDMA CM
+ *    asked with no lock held. A connection's post_lock and rx_lock
+ *    (rdma_conn.h) are leaves, taken under a link lock and never held
+ *    across a wait (the drain lets post_lock go while it sleeps). The
+ *    progress thread takes only live_lock and a connection's own locks,
+ *    never a link's (its doorbells try tx_lock, link/ctrl.c).
  *    After fork() the child re-initialises devs_lock and live_lock and
  *    never takes a connection's locks (its state is the parent's).
  */
@@ -59,11 +62,11 @@ struct r2s_rdma_dev_s {
   struct ibv_device_attr attr;
   char name[64];
   unsigned gen; /* r2s__rdma_fork_gen when opened */
-  r2s_rdma_dev_t *next;
+  r2s_rdma_dev_t *next; /* devs_lock (rdma_dev.c): the devices open */
   /* live_lock (rdma_dev.c): a device that died (DEVICE_FATAL) is closed
    * once its progress thread stopped and its last connection is gone, so
    * that the kernel can finish removing it */
-  int nstates;        /* references: port_for() until dev_put() */
+  int nstates;        /* references: port_for()'s, and its opener's, until dev_put() */
   int64_t idle_since; /* when nstates last fell to 0 */
   bool dead, thread_done;
 };

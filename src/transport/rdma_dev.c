@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "../clock.h"
-#include "../init.h"
 #include "../libc.h"
 #include "../log.h"
 #include "../options.h"
@@ -23,6 +22,12 @@
 
 unsigned r2s__rdma_fork_gen;
 
+/* devs_lock: the list of the devices this process has open. Held only to
+ * look a device up and count a reference on it (hold_open), to list one
+ * (list_dev) or to unlist one (tick, device_died); never across a call
+ * into libibverbs or librdmacm nor a thread's start, which can wait: a
+ * device is opened with no lock held (get_dev). live_lock may be taken
+ * under it, never the reverse. */
 static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
 static r2s_rdma_dev_t *devs;
 /* A host without RDMA devices answers the same for a while: connections
@@ -152,7 +157,7 @@ static bool on_async_event(progress_t *pr)
 static bool tick(progress_t *pr)
 {
   r2s_rdma_dev_t *d = pr->dev;
-  /* devs_lock first: port_for() takes references under it */
+  /* devs_lock first: references are taken under it (hold_open) */
   pthread_mutex_lock(&devs_lock);
   pthread_mutex_lock(&live_lock);
   bool idle = d->nstates == 0 && r2s__now_ns() - d->idle_since > IDLE_CLOSE_NS;
@@ -283,14 +288,17 @@ static void close_dev(r2s_rdma_dev_t *d)
   free(d);
 }
 
-/* Opens dev: its context, completion channel and progress thread;
- * devs_lock held. */
+/* Opens dev: its context, completion channel and progress thread, not yet
+ * listed. The opener holds the first reference, counted before the
+ * thread starts, so that the thread's tick cannot close the device before
+ * the opener lists it or lets it go (list_dev). No lock held. */
 static r2s_rdma_dev_t *open_dev(struct ibv_device *dev, const char *name)
 {
   r2s_rdma_dev_t *d = calloc(1, sizeof *d);
   if (!d) return NULL;
   snprintf(d->name, sizeof d->name, "%s", name);
   d->gen = r2s__rdma_fork_gen;
+  d->nstates = 1;
   d->ctx = R2S_V(ibv_open_device)(dev);
   if (!d->ctx || R2S_V(ibv_query_device)(d->ctx, &d->attr) != 0 ||
       !(d->chan = R2S_V(ibv_create_comp_channel)(d->ctx)) || start_progress(d) < 0) {
@@ -298,25 +306,67 @@ static r2s_rdma_dev_t *open_dev(struct ibv_device *dev, const char *name)
     close_dev(d);
     return NULL;
   }
-  d->next = devs;
-  devs = d;
   r2s__debug("RDMA device %s open", name);
   return d;
 }
 
-static r2s_rdma_dev_t *find_open(const char *name)
+/* The listed device named name, with a reference for the caller, or NULL;
+ * devs_lock held. A device is unlisted (tick, device_died) under the same
+ * lock, and closed only once unlisted and unheld, so the one found here
+ * stays open until the caller lets its reference go. */
+static r2s_rdma_dev_t *hold_open(const char *name)
 {
   for (r2s_rdma_dev_t *d = devs; d; d = d->next)
-    if (strcmp(d->name, name) == 0) return d;
+    if (strcmp(d->name, name) == 0) {
+      pthread_mutex_lock(&live_lock);
+      d->nstates++;
+      pthread_mutex_unlock(&live_lock);
+      return d;
+    }
   return NULL;
 }
 
+/* hold_open, taking devs_lock. */
+static r2s_rdma_dev_t *hold_listed(const char *name)
+{
+  pthread_mutex_lock(&devs_lock);
+  r2s_rdma_dev_t *d = hold_open(name);
+  pthread_mutex_unlock(&devs_lock);
+  return d;
+}
+
+/* Lists mine, just opened with its opener's reference, and returns it.
+ * Unless another thread listed the same device meanwhile: the caller then
+ * gets a reference on that one instead, and mine, listed nowhere, loses
+ * its only reference and is closed by its own progress thread once idle
+ * (tick). Nor if mine died before it could be listed (device_died found
+ * nothing to unlist): NULL, and it is closed with that reference. */
+static r2s_rdma_dev_t *list_dev(r2s_rdma_dev_t *mine)
+{
+  pthread_mutex_lock(&devs_lock);
+  r2s_rdma_dev_t *d = hold_open(mine->name);
+  pthread_mutex_lock(&live_lock);
+  bool dead = mine->dead;
+  pthread_mutex_unlock(&live_lock);
+  if (!d && !dead) {
+    mine->next = devs;
+    devs = d = mine;
+  }
+  pthread_mutex_unlock(&devs_lock);
+  if (d == mine) return d;
+  if (d) r2s__debug("RDMA device %s: another thread opened it too; its copy serves", mine->name);
+  r2s__rdma_dev_put(mine);
+  return d;
+}
+
 /* The device named name, or the first device the library lists where name
- * is NULL: the one this process has open, else opened now; devs_lock
- * held. */
+ * is NULL, with a reference for the caller: the one this process has
+ * open, else opened now. No lock is held while the devices are listed
+ * (sysfs) or one is opened (list_dev settles two threads that opened the
+ * same one at once). */
 static r2s_rdma_dev_t *get_dev(const char *name)
 {
-  r2s_rdma_dev_t *d = name ? find_open(name) : NULL;
+  r2s_rdma_dev_t *d = name ? hold_listed(name) : NULL;
   if (d) return d;
   int n = 0;
   struct ibv_device **list = R2S_V(ibv_get_device_list)(&n);
@@ -324,7 +374,7 @@ static r2s_rdma_dev_t *get_dev(const char *name)
   for (int i = 0; list && i < n; i++) {
     const char *dn = R2S_V(ibv_get_device_name)(list[i]);
     if (name && strcmp(dn, name) != 0) continue;
-    if (!(d = find_open(dn))) d = open_dev(list[i], dn);
+    if (!(d = hold_listed(dn)) && (d = open_dev(list[i], dn))) d = list_dev(d);
     break;
   }
   if (list) R2S_V(ibv_free_device_list)(list);
@@ -404,7 +454,7 @@ static struct ibv_gid_entry *gid_entries(r2s_rdma_dev_t *d, uint8_t port, const 
 }
 
 /* Fills out for port of device d: the GID index R2SOCK_GID_INDEX names,
- * or the entry for gid (rdma_gid.h); devs_lock held. */
+ * or the entry for gid (rdma_gid.h); a reference on d held. */
 static int use_port(r2s_rdma_dev_t *d, uint8_t port, const struct ibv_port_attr *pa, const union ibv_gid *gid,
                     r2s_rdma_port_t *out)
 {
@@ -454,8 +504,8 @@ int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *ou
    * owns it, the first active port of R2SOCK_DEVICE (or of any device). */
   bool any_port = rc < 0 && r2s__opt.gid_index >= 0;
   if (rc < 0 && !any_port) return rc;
-  pthread_mutex_lock(&devs_lock);
   rc = -ENODEV;
+  /* With a reference on the device, which keeps it open, and no lock. */
   r2s_rdma_dev_t *d = get_dev(any_port ? r2s__opt.device : name);
   unsigned first = any_port ? 1 : port, last = !d ? 0 : any_port ? d->attr.phys_port_cnt : port;
   for (unsigned p = first; p <= last && rc < 0; p++) {
@@ -463,11 +513,6 @@ int r2s__rdma_port_for(const struct sockaddr_storage *local, r2s_rdma_port_t *ou
     if (r2s__verbs_query_port(d->ctx, (uint8_t)p, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) continue;
     rc = use_port(d, (uint8_t)p, &pa, &gid, out);
   }
-  if (rc == 0) {
-    pthread_mutex_lock(&live_lock);
-    out->dev->nstates++;
-    pthread_mutex_unlock(&live_lock);
-  }
-  pthread_mutex_unlock(&devs_lock);
+  if (rc < 0 && d) r2s__rdma_dev_put(d); /* else it is the caller's (rdma.h) */
   return rc;
 }

@@ -5,8 +5,8 @@
  * tested without a device (tests/unit/test_rdma_fit.c).
  *
  * Contract:
- *  - A producer keeps a registered copy of the peer's ring (rdma.c), so a
- *    ring costs pinned memory at both ends. Each end offers its receive
+ *  - A producer keeps a registered copy of the peer's ring (rdma_setup.c),
+ *    so a ring costs pinned memory at both ends. Each end offers its receive
  *    ring and, in a FIT offer, the largest peer ring it will copy
  *    (r2s__rdma_copy_max): as large as its own where pinned memory is
  *    limited, up to R2S_RDMA_PEER_RING_MAX where it is not.

@@ -1,6 +1,6 @@
 /*
- * rdma_offer.h - the RDMA transport's HANDSHAKE offer (rdma.c): the queue
- * pair and the registered ring a peer writes into.
+ * rdma_offer.h - the RDMA transport's HANDSHAKE offer (rdma_setup.c): the
+ * queue pair and the registered ring a peer writes into.
  *
  * Contract:
  *  - r2s__rdma_offer_put adds the offer (kind R2S_OFFER_RDMA) to a

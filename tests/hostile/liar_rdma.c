@@ -1,5 +1,5 @@
 /* The verbs side of lying_peer's RDMA cases (liar_rdma.h). Built like the
- * shim's own end (src/transport/rdma.c) from the outside: the same ring
+ * shim's own end (src/transport/rdma*.c) from the outside: the same ring
  * layout, the same queue pair attributes, so that honest runs prove the
  * liar speaks the protocol and the lies are the only difference. */
 #include "liar_rdma.h"

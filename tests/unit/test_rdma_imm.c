@@ -1,8 +1,9 @@
 /* The 31-bit tails of RDMA data immediates (transport/rdma_imm.h): a
  * consumer that learns the tail from immediates alone must agree with its
  * producer at every immediate, across many wraps of 2^31 and 2^32, while
- * the producer follows rdma_put's rule for running out of the peer's
- * receives; and the bound that rule keeps is the one the arithmetic needs. */
+ * the producer follows rd_put's rule (transport/rdma_producer.c) for
+ * running out of the peer's receives; and the bound that rule keeps is the
+ * one the arithmetic needs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>

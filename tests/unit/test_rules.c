@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "conffile.h"
+#include "libc.h"
 #include "log.h"
 #include "options.h"
 #include "rules.h"
@@ -622,6 +623,13 @@ static void test_format_round_trip(void **state)
   assert_memory_equal(small, "upgrade=never", strlen(small));
 }
 
+/* The file is read through the libc table (conffile.c). */
+static int setup(void **state)
+{
+  (void)state;
+  return r2s__libc_load();
+}
+
 static int teardown(void **state)
 {
   (void)state;
@@ -644,5 +652,5 @@ int main(void)
       cmocka_unit_test(test_load_env_over_file),
       cmocka_unit_test(test_format_round_trip),
   };
-  return cmocka_run_group_tests(tests, NULL, teardown);
+  return cmocka_run_group_tests(tests, setup, teardown);
 }
