@@ -96,7 +96,8 @@ void r2s__rdma_on_fatal(r2s_tp_state_t *st, const char *why);
 /* In rdma.c: at exit, waits (until deadline_ns) for st's posted sends. */
 void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns);
 
-/* Calls fn on every tracked state of this process (at exit). */
+/* Calls fn on every tracked state of this process (at exit), with no
+ * lock held: fn may wait, and may see a state twice. */
 void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg);
 
 #endif

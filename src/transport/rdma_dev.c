@@ -45,7 +45,11 @@ typedef struct live_s {
 static live_t *live;
 static size_t nlive, live_cap;
 #define MAX_THREADS 8
-static r2s_tp_state_t *busy[MAX_THREADS]; /* what each progress thread is handling */
+/* What each progress thread is handling, and in the last slot what the
+ * exit's walk (r2s__rdma_for_each) is: untrack waits until no slot holds
+ * the state it removes, so none is freed under its user. */
+#define EXIT_SLOT MAX_THREADS
+static r2s_tp_state_t *busy[MAX_THREADS + 1];
 static bool slot_used[MAX_THREADS];
 
 static void fork_child(void)
@@ -265,17 +269,32 @@ void r2s__rdma_untrack(r2s_tp_state_t *st)
     }
   for (;;) {
     bool in_use = false;
-    for (int i = 0; i < MAX_THREADS; i++) in_use |= busy[i] == st;
+    for (int i = 0; i <= EXIT_SLOT; i++) in_use |= busy[i] == st;
     if (!in_use) break;
     pthread_cond_wait(&live_idle, &live_lock);
   }
   pthread_mutex_unlock(&live_lock);
 }
 
+/* fn may wait (a drain), so it runs with live_lock let go and its state
+ * marked busy in EXIT_SLOT: the progress threads go on, and a thread
+ * closing that connection meanwhile waits in untrack. The walk runs from
+ * the end: an untrack meanwhile moves the last state into the hole, which
+ * is then seen twice at most (fn must bear that; a drain does), and a state
+ * tracked meanwhile is not seen. One walker at a time (the exit). */
 void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg)
 {
   pthread_mutex_lock(&live_lock);
-  for (size_t i = 0; i < nlive; i++) fn(live[i].st, arg);
+  for (size_t i = nlive; i-- > 0;) {
+    if (i >= nlive) continue;
+    r2s_tp_state_t *st = live[i].st;
+    busy[EXIT_SLOT] = st;
+    pthread_mutex_unlock(&live_lock);
+    fn(st, arg);
+    pthread_mutex_lock(&live_lock);
+    busy[EXIT_SLOT] = NULL;
+    pthread_cond_broadcast(&live_idle);
+  }
   pthread_mutex_unlock(&live_lock);
 }
 
