@@ -5,6 +5,7 @@
 #ifdef R2S_LOCK_DEBUG
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +28,26 @@ void r2s__lock_debug_blocking(const char *call)
   abort();
 }
 
-/* A call on fd without MSG_DONTWAIT waits when fd is in blocking mode,
- * unless fd is a regular file (/proc, the configuration: read at once). */
+/* Whether a call on fd in blocking mode can wait for another party: a
+ * socket, a pipe or a terminal can. A regular file (/proc, the
+ * configuration) is read at once, and a device's command channel answers
+ * at once (libibverbs writes its commands to the uverbs device, and
+ * Soft-RoCE's sends too, through the shim's write). */
+static bool can_wait(int fd)
+{
+  struct stat sb;
+  if (syscall(SYS_fstat, fd, &sb) != 0) return false;
+  if (S_ISSOCK(sb.st_mode) || S_ISFIFO(sb.st_mode)) return true;
+  return S_ISCHR(sb.st_mode) && isatty(fd);
+}
+
+/* A call on fd without MSG_DONTWAIT waits when fd is in blocking mode
+ * and can_wait(fd). */
 static void check_fd(const char *call, int fd, int flags)
 {
   if (r2s__locks_held <= 0 || (flags & MSG_DONTWAIT)) return;
   int fl = (int)syscall(SYS_fcntl, fd, F_GETFL);
-  struct stat sb;
-  if (fl < 0 || (fl & O_NONBLOCK) || (syscall(SYS_fstat, fd, &sb) == 0 && S_ISREG(sb.st_mode))) return;
+  if (fl < 0 || (fl & O_NONBLOCK) || !can_wait(fd)) return;
   r2s__lock_debug_blocking(call);
 }
 

@@ -16,9 +16,10 @@
  *    the count is not 0: poll, ppoll, select, pselect and the epoll waits
  *    with a time-out other than 0; recv, recvfrom, recvmsg, read, readv,
  *    send, sendto, sendmsg, sendmmsg, recvmmsg, write, writev, connect,
- *    accept and accept4 on a descriptor in blocking mode without
- *    MSG_DONTWAIT (a regular file's read, /proc or the configuration,
- *    does not wait). The shim's own sleeps call r2s__lock_debug_blocking()
+ *    accept and accept4 on a socket, a pipe or a terminal in blocking
+ *    mode without MSG_DONTWAIT (a regular file's read, /proc or the
+ *    configuration, does not wait, nor does a write of libibverbs'
+ *    commands to its device). The shim's own sleeps call r2s__lock_debug_blocking()
  *    first. The debug build is for the test suite, never for users.
  */
 #ifndef R2S_LOCKDEBUG_H
