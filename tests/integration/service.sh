@@ -53,13 +53,20 @@ while IFS= read -r line; do
 done < <(grep '^Environment=' "$UNIT")
 [[ " ${unit_env[*]} " == *" LD_PRELOAD="* ]] || fail "$UNIT sets no LD_PRELOAD"
 log "the unit's environment, mapped: ${unit_env[*]}"
+# Under a sanitizer build the suite's options for its runtime (lib.sh: no
+# leak report for third-party programs' exit-time leaks) go along: they
+# belong to the test's build, not to the unit.
+san_env=()
+for v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS; do
+  [[ -n ${!v:-} ]] && san_env+=("$v=${!v}")
+done
 server=("$PY" "$PEER" server --port "$port" --bytes "$BYTES")
 
 systemd_unit=
 if [[ -d /run/systemd/system ]] && timeout 20 systemd-run --quiet --wait --collect true 2>/dev/null; then
   systemd_unit=r2s-service-test-$$-$RANDOM
   props=(-p "RuntimeMaxSec=$R2S_SERVER_LIFETIME")
-  for kv in "${unit_env[@]}"; do props+=(-p "Environment=$kv"); done
+  for kv in "${unit_env[@]}" "${san_env[@]}"; do props+=(-p "Environment=$kv"); done
   systemd-run --quiet --unit "$systemd_unit" "${props[@]}" -- "${server[@]}" ||
     fail "systemd-run could not start the transient unit $systemd_unit"
   trap 'systemctl stop "$systemd_unit" 2>/dev/null; systemctl reset-failed "$systemd_unit" 2>/dev/null; r2s_cleanup' EXIT
@@ -73,7 +80,7 @@ if [[ -d /run/systemd/system ]] && timeout 20 systemd-run --quiet --wait --colle
 else
   log "systemd does not run this machine: the server runs as the unit's environment alone (env -i)"
   SHIM_CLIENT=("${SHIM[@]}")
-  SHIM=(env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin "${unit_env[@]}")
+  SHIM=(env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin "${unit_env[@]}" "${san_env[@]}")
   start_server service "$port" "${server[@]}"
   SHIM=("${SHIM_CLIENT[@]}")
   spid=$(child_of "$(server_pid service)")
