@@ -126,7 +126,9 @@ typedef struct r2s_link_moved_s {
  * for recv; MSG_MORE is ignored. A recv's iov describes at least one byte:
  * 0 is the end of the stream, so an empty read cannot be told from it
  * (stream.c answers those itself); an empty one gets -EINVAL and leaves
- * the link as it was. */
+ * the link as it was. The ring case (our ring has bytes for the reader,
+ * the peer's ring room for the writer, nothing else to send or read
+ * first) is the first thing each looks at, and then all it does. */
 ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
                        r2s_link_moved_t *mv);
 ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
@@ -187,35 +189,16 @@ bool r2s__link_may_read_ahead(r2s_link_t *l);
 bool r2s__link_tx_in_ring(r2s_link_t *l);
 void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool answered);
 
-/* A reader's short way through a link whose receive side is in the ring
- * (the common case of a carried connection; stream.c): under emulation
- * each layer between the application's read and the ring lengthened a
- * 64 B round trip (docs/rdma.md, "A short way for ring reads and
- * writes"), so these two do what r2s__link_recv and the stream's wait
- * would, for that case only, and leave every other case to them.
- *
- * r2s__link_await_ring looks at the ring alone (bytes, the read-ahead,
- * the peer's end, an error, the ring's end after PLAIN) once, and if
- * `wait` and it has nothing, polls it for the link's spin budget as the
- * stream's wait does (spin.h), learning from the wait. Returns > 0 when
- * bytes are there, < 0 when the ring has something other than bytes to
- * say (read it with r2s__link_recv), 0 when nothing came (after the whole
- * budget if `wait`, which began at *began: the caller's wait then sleeps
- * without polling again).
- *
- * r2s__link_recv_ring reads them: as r2s__link_recv without MSG_PEEK,
- * when the ring alone can answer with bytes; R2S_LINK_SLOW otherwise,
- * having changed nothing. */
-#define R2S_LINK_SLOW (-100001)
-ssize_t r2s__link_await_ring(r2s_link_t *l, bool wait, int64_t *began);
-ssize_t r2s__link_recv_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
-                            r2s_link_moved_t *mv);
-/* The writer's short way: r2s__link_send without flags, when the link
- * writes into the peer's ring and has no control frame to send first, and
- * the ring takes at least one byte; R2S_LINK_SLOW otherwise, having
- * changed nothing. */
-ssize_t r2s__link_send_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
-                            r2s_link_moved_t *mv);
+/* A blocking read's poll of our ring alone, before its first read
+ * (stream.c): under emulation each layer between the application's read
+ * and the ring lengthened a 64 B round trip (docs/rdma.md, "A short way
+ * for ring reads and writes"), so this one loop does what the stream's
+ * wait would for that case. It looks at the ring (bytes, the read-ahead,
+ * the peer's end, an error, the ring's end after PLAIN) once, and while it
+ * has nothing, polls it for the link's spin budget (spin.h), learning from
+ * the wait. If the whole budget passed without an answer, *began is when
+ * the poll began: the caller's wait then sleeps without polling again. */
+void r2s__link_spin_rx(r2s_link_t *l, int64_t *began);
 /* How long a wait for `events` that has lasted waited_ns should nap (sleep
  * in the kernel without asking the peer for a doorbell) before it looks
  * at the ring again: a reader of a stream only (spin.h), and its wait for

@@ -237,23 +237,6 @@ static void count_moved(r2s_conn_t *c, void (*count)(r2s_conn_t *, r2s_path_t, l
   if (n > ring) count(c, R2S_PATH_TCP, n - ring);
 }
 
-/* The short way of a read whose link reads the ring (link.h): its wait
- * polls the ring alone, and the bytes come out of it without the layers
- * of r2s__link_recv. Returns the bytes read, or R2S_LINK_SLOW; when the
- * whole spin budget passed without an answer, *polled_since is when that
- * poll began. */
-static ssize_t recv_ring(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, size_t want, bool nb,
-                         int64_t *polled_since)
-{
-  r2s_link_t *l = c->link;
-  ssize_t got = r2s__link_await_ring(l, !nb, polled_since);
-  if (got <= 0) return R2S_LINK_SLOW;
-  r2s_link_moved_t mv = {0};
-  ssize_t n = r2s__link_recv_ring(l, fd, iov, cnt, want, &mv);
-  if (n > 0) count_moved(c, r2s__conn_count_rx, n, &mv);
-  return n;
-}
-
 ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
   R2S_SANITIZE_IOV(iov, cnt);
@@ -263,16 +246,21 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   bool nb = nonblocking(c, flags), waitall = (flags & MSG_WAITALL) && !(flags & MSG_PEEK);
   stream_wait_t s;
   wait_init(&s, c, fd, POLLIN);
-  if (!(flags & (MSG_PEEK | MSG_WAITALL)) && r2s__link_in_rings(l, POLLIN)) {
-    ssize_t n = recv_ring(c, fd, iov, cnt, want, nb, &s.w.began);
-    if (n != R2S_LINK_SLOW) return n;
-  }
+  /* A blocking read whose link reads the ring polls the ring alone before
+   * its first read (link.h, r2s__link_spin_rx); if the whole budget passed
+   * without bytes, its wait then sleeps without polling again. */
+  if (!nb && !(flags & (MSG_PEEK | MSG_WAITALL)) && r2s__link_in_rings(l, POLLIN))
+    (void)r2s__link_spin_rx(l, &s.w.began);
   s.w.polled = s.w.began != 0;
   struct iovec rest[64];
   for (;;) {
-    int k = r2s__iov_advance(rest, 64, iov, cnt, done);
+    /* The first read takes the caller's iovec as it is, if the link may
+     * have all of it: the ring's bytes (link.h) need no copy of it. */
+    const struct iovec *v = iov;
+    int k = cnt;
+    if (done || cnt > 64) v = rest, k = r2s__iov_advance(rest, 64, iov, cnt, done);
     r2s_link_moved_t mv;
-    ssize_t n = r2s__link_recv(l, fd, rest, k, flags & MSG_PEEK, &mv);
+    ssize_t n = r2s__link_recv(l, fd, v, k, flags & MSG_PEEK, &mv);
     if (n > 0) s.w.began = 0;
     if (n > 0) {
       if (!(flags & MSG_PEEK)) count_moved(c, r2s__conn_count_rx, n, &mv);
@@ -283,8 +271,8 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     if (n == 0) return (ssize_t)done;
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
-    /* SO_RCVTIMEO counts from the start of the wait: the short way's
-     * poll, if it polled (began). */
+    /* SO_RCVTIMEO counts from the start of the wait: the ring's poll, if
+     * it polled (began). */
     if (!s.w.deadline && c->rcvtimeo_ms)
       s.w.deadline = (s.w.began ? s.w.began : r2s__now_ns()) + (int64_t)c->rcvtimeo_ms * 1000000;
     int rc = wait_for(&s);
@@ -297,27 +285,19 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   R2S_SANITIZE_IOV(iov, cnt);
   r2s_link_t *l = c->link;
   size_t want = r2s__iov_total(iov, cnt), done = 0;
-  bool nb = nonblocking(c, flags);
-  if (want && !(flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) && r2s__link_tx_in_ring(l)) {
-    /* The short way (link.h); the rest of a write the ring took in part
-     * goes the long way. */
-    r2s_link_moved_t mv = {0};
-    ssize_t n = r2s__link_send_ring(l, fd, iov, cnt, want, &mv);
-    if (n > 0) {
-      count_moved(c, r2s__conn_count_tx, n, &mv);
-      if ((size_t)n >= want || nb) return n;
-      done = (size_t)n;
-    }
-  }
+  bool nb = nonblocking(c, flags), waiting = false;
   stream_wait_t s;
-  wait_init(&s, c, fd, POLLOUT);
   struct iovec rest[64];
   for (;;) {
-    int k = r2s__iov_advance(rest, 64, iov, cnt, done);
+    /* The first write takes the caller's iovec as it is, if the link may
+     * have all of it: the ring (link.h) needs no copy of it. */
+    const struct iovec *v = iov;
+    int k = cnt;
+    if (done || cnt > 64) v = rest, k = r2s__iov_advance(rest, 64, iov, cnt, done);
     r2s_link_moved_t mv;
-    ssize_t n = want == done ? 0 : r2s__link_send(l, fd, rest, k, flags & ~MSG_DONTWAIT, &mv);
-    if (n > 0) s.w.began = 0;
+    ssize_t n = want == done ? 0 : r2s__link_send(l, fd, v, k, flags & ~MSG_DONTWAIT, &mv);
     if (n > 0) {
+      if (waiting) s.w.began = 0;
       count_moved(c, r2s__conn_count_tx, n, &mv);
       done += (size_t)n;
       if (done >= want || nb) return (ssize_t)done;
@@ -330,6 +310,8 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
     }
     if (n != -EAGAIN) return done ? (ssize_t)done : n;
     if (nb) return done ? (ssize_t)done : -EAGAIN;
+    /* The wait is set up once a write has to wait. */
+    if (!waiting) wait_init(&s, c, fd, POLLOUT), waiting = true;
     if (!s.w.deadline && c->sndtimeo_ms) s.w.deadline = deadline_of(c->sndtimeo_ms);
     int rc = wait_for(&s);
     if (rc < 0) return done ? (ssize_t)done : rc;

@@ -95,7 +95,7 @@ struct r2s_wait_s {
   int64_t began;    /* when the wait began (0: not yet), for learning */
   int cap_ms;       /* the slice's cap this round (0: R2S_WAIT_SLICE_MS) */
   /* The caller polled the rings for their budget just before the first
-   * round (r2s__link_await_ring): that round does not poll again. */
+   * round (r2s__link_spin_rx): that round does not poll again. */
   bool polled;
   /* A blocked recv or send, not a readiness wait: waits_polled is not
    * counted (see the contract). */

@@ -240,25 +240,23 @@ static inline ssize_t look_ring(r2s_link_t *l, const r2s_transport_t *tp, r2s_tp
   return n < 0 || tp->peer_tx_closed(tps) ? -1 : 0;
 }
 
-ssize_t r2s__link_await_ring(r2s_link_t *l, bool wait, int64_t *began)
+void r2s__link_spin_rx(r2s_link_t *l, int64_t *began)
 {
   const r2s_transport_t *tp = TP(l);
   r2s_tp_state_t *tps = TPS(l);
-  ssize_t n = look_ring(l, tp, tps);
-  if (n != 0 || !wait) return n;
+  if (look_ring(l, tp, tps) != 0) return;
   int64_t budget = r2s__link_spin_budget(l, POLLIN, true);
-  if (budget <= 0) return 0;
+  if (budget <= 0) return;
   r2s_spin_pace_t pace;
   r2s__spin_pace_start(&pace, budget, tp->peer_shares_cpu && tp->peer_shares_cpu(tps));
   while (r2s__spin_pace(&pace)) {
-    n = look_ring(l, tp, tps);
+    ssize_t n = look_ring(l, tp, tps);
     if (n != 0) {
       if (rx_spin_adapts(l)) learn_rx(l, r2s__now_ns() - pace.start, true, n);
-      return n;
+      return;
     }
   }
   *began = pace.start;
-  return 0;
 }
 
 int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns)

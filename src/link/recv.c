@@ -216,15 +216,41 @@ static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, in
   return n > 0 ? (size_t)n : 0;
 }
 
+/* The ring case, the common one of a carried connection, first: the
+ * receive side reads our ring and the ring alone answers (nothing read
+ * ahead, no PLAIN pending, no failure), and it has bytes. Then this is
+ * all a read does: what the general path below would do in that case
+ * (rx_ring), without its layers, which each cost a ring round trip under
+ * emulation (docs/rdma.md, "A short way for ring reads and writes").
+ * Returns the bytes read, or 0 for the general path, having changed
+ * nothing. rx_lock held. */
+static inline ssize_t recv_ring_first(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
+                                      int flags, r2s_link_moved_t *mv)
+{
+  if (l->rx_state != R2S_RX_RING || FAILED(l) || l->rx_plain_pending || r2s__readahead_len(&l->rx_ahead))
+    return 0;
+  bool peek = (flags & MSG_PEEK) != 0;
+  ssize_t n = TP(l)->get(TPS(l), iov, cnt, want, peek);
+  if (n <= 0) return 0; /* empty, the end, an error, a bad index: the general path's to handle */
+  if (!peek) credit_wakeup(l, fd);
+  if (mv) mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
+  return n;
+}
+
 ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
                        r2s_link_moved_t *mv)
 {
   if (mv) *mv = (r2s_link_moved_t){0};
   /* Each state reads 0 from below as the end of the stream and keeps it
    * (rx_eof): an empty read would end the stream for good. */
-  if (r2s__iov_total(iov, cnt) == 0) return -EINVAL;
+  size_t want = r2s__iov_total(iov, cnt);
+  if (want == 0) return -EINVAL;
   r2s__lock(&l->rx_lock);
-  ssize_t n;
+  ssize_t n = recv_ring_first(l, fd, iov, cnt, want, flags, mv);
+  if (n > 0) {
+    lk_rx_unlock(l, fd);
+    return n;
+  }
   do {
     if (FAILED(l)) {
       n = FAILED(l);
@@ -249,24 +275,6 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   if (n == -EAGAIN && l->rx_shut) n = 0;
   n = lk_give_sock_err(l, n);
   if (n < 0) lk_settle_plain(l);
-  lk_rx_unlock(l, fd);
-  return n;
-}
-
-ssize_t r2s__link_recv_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
-                            r2s_link_moved_t *mv)
-{
-  ssize_t n = R2S_LINK_SLOW;
-  r2s__lock(&l->rx_lock);
-  if (l->rx_state == R2S_RX_RING && !FAILED(l) && !l->rx_plain_pending && !r2s__readahead_len(&l->rx_ahead)) {
-    n = TP(l)->get(TPS(l), iov, cnt, want, false);
-    if (n > 0) {
-      credit_wakeup(l, fd);
-      mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
-    } else {
-      n = R2S_LINK_SLOW; /* the end, an error, a bad index: r2s__link_recv's to handle */
-    }
-  }
   lk_rx_unlock(l, fd);
   return n;
 }

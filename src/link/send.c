@@ -119,13 +119,40 @@ static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
   return len ? (ssize_t)len : -EPIPE;
 }
 
+/* The ring case, the common one of a carried connection, first: our
+ * writes go into the peer's ring (r2s__link_tx_in_ring), no control frame
+ * waits to go first, no error waits for the application, and the ring
+ * takes at least one byte. Then this is all a write does: what the
+ * general path below would do in that case (R2S_TX_RING, where flags do
+ * not matter), without its layers, which each cost a ring round trip
+ * under emulation (docs/rdma.md, "A short way for ring reads and
+ * writes"). Returns the bytes written, or 0 for the general path, having
+ * changed nothing. tx_lock held. */
+static inline ssize_t send_ring_first(r2s_link_t *l, int fd, const struct iovec *iov, int cnt,
+                                      r2s_link_moved_t *mv)
+{
+  if (!r2s__link_tx_in_ring(l) || l->tx_pending_len || l->tx_shut || FAILED(l) ||
+      __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE))
+    return 0;
+  ssize_t n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
+  if (n <= 0) return 0; /* no room, the peer's end, a failure: the general path's to handle */
+  if (mv) mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
+  if (TP(l)->take_peer_rx_sleeper(TPS(l))) lk_send_doorbell_locked(l, fd);
+  return n;
+}
+
 ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags,
                        r2s_link_moved_t *mv)
 {
   if (mv) *mv = (r2s_link_moved_t){0};
   r2s__lock(&l->tx_lock);
+  ssize_t n = send_ring_first(l, fd, iov, cnt, mv);
+  if (n > 0) {
+    lk_tx_unlock(l, fd);
+    return n;
+  }
   /* The kernel checks for an error before it takes a byte. */
-  ssize_t n = __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) ? -EAGAIN : RETRY;
+  n = __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) ? -EAGAIN : RETRY;
   while (n == RETRY) {
     if (FAILED(l)) {
       n = -EPIPE;
@@ -231,24 +258,6 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   }
   n = lk_give_sock_err(l, n);
   if (n < 0) lk_settle_plain(l);
-  lk_tx_unlock(l, fd);
-  return n;
-}
-
-ssize_t r2s__link_send_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t want,
-                            r2s_link_moved_t *mv)
-{
-  ssize_t n = R2S_LINK_SLOW;
-  r2s__lock(&l->tx_lock);
-  if (r2s__link_tx_in_ring(l) && !l->tx_pending_len && !l->tx_shut && !FAILED(l)) {
-    n = TP(l)->put(TPS(l), iov, cnt, 0, want);
-    if (n > 0) {
-      mv->ring = (size_t)n, mv->ring_path = TP(l)->path;
-      if (TP(l)->take_peer_rx_sleeper(TPS(l))) lk_send_doorbell_locked(l, fd);
-    } else {
-      n = R2S_LINK_SLOW; /* no room, or a failure: r2s__link_send's to handle */
-    }
-  }
   lk_tx_unlock(l, fd);
   return n;
 }

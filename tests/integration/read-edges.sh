@@ -7,10 +7,10 @@
 # until the tail is queued, shuts its reading down, and must read the tail
 # byte for byte, then the end of the stream at once on every later read,
 # blocking or not. On the shm variant the tail comes out of the ring
-# (asserted from the stats): the reader's short way (src/stream.c
-# recv_ring) must leave a shut-down read to the general path, which hands
-# out the ring's bytes, then the end; and a timeout counts from the start
-# of the short way's poll. Two runs.
+# (asserted from the stats): the reader's poll of the ring
+# (r2s__link_spin_rx) must leave a shut-down read to the read itself, which
+# hands out the ring's bytes, then the end; and a timeout counts from the
+# start of that poll. Two runs.
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
