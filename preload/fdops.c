@@ -127,7 +127,7 @@ R2S_EXPORT int ioctl(int fd, unsigned long req, ...)
   if (c && req == SIOCATMARK) {
     r2s__conn_app_oob(c, fd);
     if (arg && !r2s__conn_passthrough(c)) {
-      int v = r2s__link_atmark(c->link, fd);
+      int v = (int)r2s__link_ioctl(c->link, fd, SIOCATMARK);
       r2s__conn_put(c);
       if (v < 0) {
         errno = -v;
@@ -139,7 +139,7 @@ R2S_EXPORT int ioctl(int fd, unsigned long req, ...)
   }
   if (c && req == FIONREAD && arg && !r2s__conn_passthrough(c)) {
     /* Bytes in the ring (or in DATA frames) are what the app can read. */
-    ssize_t n = r2s__link_readable(c->link, fd);
+    ssize_t n = r2s__link_ioctl(c->link, fd, FIONREAD);
     r2s__conn_put(c);
     if (n < 0) {
       errno = (int)-n;

@@ -52,7 +52,10 @@ const char *r2s__reason_name(r2s_reason_t r)
 
 r2s_reason_t r2s__conn_reason(const r2s_conn_t *c)
 {
-  return c->link ? (r2s_reason_t)r2s__link_reason(c->link) : (r2s_reason_t)c->reason;
+  if (!c->link) return (r2s_reason_t)c->reason;
+  int why;
+  r2s__link_info(c->link, NULL, NULL, &why);
+  return (r2s_reason_t)why;
 }
 
 static r2s_stat_id_t path_stat(r2s_path_t p)
@@ -373,14 +376,17 @@ static const r2s_rule_t *rule_for(r2s_conn_t *c, int fd, bool *known, r2s_policy
 }
 
 /* The upgrade protocol for a freshly established connection, if the policy
- * and the application's use of urgent data allow one. old: its flags. The
- * skip lists come first: they keep the programs and services the protocol
+ * and the application's use of urgent data allow one. old: its flags;
+ * inherited: a socket inherited across exec that no byte ever left (the
+ * link begins the protocol only if it writes first, link.h). The skip
+ * lists come first: they keep the programs and services the protocol
  * cannot serve off it, whatever a rule says. Then the first rule that
  * matches, then the options. */
-static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
+static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known, bool inherited)
 {
   if (old & R2S_CONN_OOBINLINE) {
-    r2s_link_t *l = r2s__link_start_inline(fd);
+    r2s_link_t *l =
+        r2s__link_start(fd, &(r2s_link_how_t){.kind = R2S_LINK_OOBINLINE, .inherited = inherited});
     if (l) __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
     c->reason = R2S_REASON_APP_OOB;
     return;
@@ -406,13 +412,17 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known)
   }
   /* The hello goes out now, before any application byte can (an accepted
    * connection's once the client's has come). */
-  r2s_link_t *l =
-      r2s__link_start(fd, __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER, &policy);
+  bool accepted = __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER;
+  r2s_link_how_t how = {.kind = accepted ? R2S_LINK_ACCEPTED : R2S_LINK_CONNECTED,
+                        .policy = &policy,
+                        .inherited = inherited,
+                        .on_upgrade = on_upgrade,
+                        .arg = c};
+  r2s_link_t *l = r2s__link_start(fd, &how);
   if (!l) {
     c->reason = R2S_REASON_NO_HELLO;
     return;
   }
-  r2s__link_on_upgrade(l, on_upgrade, c);
   __atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
   /* After the link is public: a setsockopt racing with this tells the link
    * itself, or left its flag for this. */
@@ -428,7 +438,7 @@ void r2s__conn_established(r2s_conn_t *c, int fd)
   R2S_STAT_INC(conn_seen);
   bool known = want_addresses();
   if (known) fill_addresses(c, fd);
-  start_link(c, fd, old, known);
+  start_link(c, fd, old, known, false);
   r2s__statseg_open(c);
 }
 
@@ -443,13 +453,11 @@ void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected, bool untouched)
      * on a socket just accepted, waiting for the peer's hello. Counted,
      * like any inherited connection, once this process moves bytes. */
     uint32_t old = __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
-    start_link(c, fd, old, known);
-    /* Start-up runs alone: nobody else sees the link yet. */
-    r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
-    if (l) r2s__link_inherited(l);
+    start_link(c, fd, old, known, true);
   } else if (connected) {
     __atomic_fetch_or(&c->flags, R2S_CONN_ESTABLISHED | R2S_CONN_UNSEEN, __ATOMIC_ACQ_REL);
-    __atomic_store_n(&c->link, r2s__link_adopt(), __ATOMIC_RELEASE);
+    __atomic_store_n(&c->link, r2s__link_start(fd, &(r2s_link_how_t){.kind = R2S_LINK_ADOPTED}),
+                     __ATOMIC_RELEASE);
   }
   if (listed) r2s__statseg_open(c);
   R2S_STAT_INC(sockets_adopted);

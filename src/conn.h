@@ -62,6 +62,7 @@ struct r2s_conn_s {
   int fd_hint;                       /* an fd that referred to it, for logs */
   uint32_t nfds;                     /* atomic: fd-table slots pointing here */
   uint32_t rcvtimeo_ms, sndtimeo_ms; /* SO_RCVTIMEO / SO_SNDTIMEO, 0 = none */
+  uint32_t wait_cap_ms;              /* atomic: stream.c's next sleep slice (0: the default) */
   uint32_t counted;                  /* atomic: its path/reason went into the stats */
   r2s_link_t *link;                  /* the upgrade protocol; NULL: plain TCP for good */
   /* Bytes moved per path, and sleeps; relaxed atomics, folded into the
@@ -181,7 +182,7 @@ void r2s__conn_fold_live(void);
  * this process moves bytes on it (r2s__conn_take). untouched: no byte was
  * ever sent on it (tcphist.h), so no earlier image can have begun the
  * upgrade protocol, which starts here as on an accepted socket; otherwise
- * the connection stays on TCP (r2s__link_adopt). */
+ * the connection stays on TCP (R2S_LINK_ADOPTED, link.h). */
 void r2s__conn_adopted(r2s_conn_t *c, int fd, bool connected, bool untouched);
 
 /* This process moves bytes on a connection it inherited (R2S_CONN_UNSEEN):

@@ -136,7 +136,7 @@ static int filter(r2s_ep_reg_t *r, struct epoll_event *done, int ndone, struct e
           events = 0;
         } else {
           short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
-          r2s__link_pump_due(c->link); /* the kernel saw bytes: frames to read */
+          r2s__link_pump(c->link, -1); /* the kernel saw bytes: frames to read */
           short rev = r2s__link_poll(c->link, e->fd, want, &owned);
           events = (events & ~(uint32_t)owned) |
                    edges_only(e, c->link, (uint32_t)(rev & owned) & e->events, owned);

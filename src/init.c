@@ -115,7 +115,7 @@ static void adopt_inherited_sockets(void)
         cap = ncap;
       } else {
         /* Duplicates found later get states of their own, so from here on
-         * only links that never send or switch (r2s__link_adopt). */
+         * only links that never send or switch (R2S_LINK_ADOPTED, link.h). */
         full = true;
       }
     }

@@ -142,7 +142,7 @@ static int woke(r2s_wait_t *w, r2s_wait_woke_t how, int rc, int ms)
   if (how == R2S_WAIT_SLEPT && rc == 0)
     learn_poll(p->cs, w->fds, p->orig, w->nfds, r2s__wait_waited(w), false);
   for (nfds_t i = 0; i < w->nfds; i++)
-    if (p->cs[i] && rc > 0 && w->fds[i].revents) r2s__link_pump_due(p->cs[i]->link);
+    if (p->cs[i] && rc > 0 && w->fds[i].revents) r2s__link_pump(p->cs[i]->link, -1);
   return rc < 0 ? rc : 0;
 }
 

@@ -29,15 +29,15 @@ int r2s__sockopt_set(r2s_conn_t *c, int fd, int level, int name, const void *val
     return 0;
   }
   /* Once the shim's frames travel on the socket, TCP_NODELAY and TCP_CORK
-   * are the shim's: the link keeps the application's aside. */
+   * are the shim's: the link keeps the application's aside. SO_OOBINLINE
+   * on a connected socket: the link keeps it from the kernel while the
+   * peer's hello or switch mark may still be read. */
   r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
-  if (l && level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK) && one_int)
-    return r2s__link_set_tcp_opt(l, fd, name, *(const int *)val);
-  /* SO_OOBINLINE on a connected socket: the link keeps it from the kernel
-   * while the peer's hello or switch mark may still be read. */
-  if (l && level == SOL_SOCKET && name == SO_OOBINLINE && one_int) {
-    int on = *(const int *)val != 0, rc = r2s__link_set_oobinline(l, fd, on);
-    if (rc == 0 && on) r2s__conn_app_oob(c, fd);
+  bool tcp_opt = level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK);
+  bool oobinline = level == SOL_SOCKET && name == SO_OOBINLINE;
+  if (l && (tcp_opt || oobinline) && one_int) {
+    int v = *(const int *)val, rc = r2s__link_setsockopt(l, fd, level, name, v);
+    if (rc == 0 && oobinline && v) r2s__conn_app_oob(c, fd);
     if (rc < 0) errno = -rc;
     return rc < 0 ? -1 : 0;
   }
@@ -67,13 +67,13 @@ int r2s__sockopt_get(r2s_conn_t *c, int fd, int level, int name, void *val, sock
   int saved = errno;
   r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
   if (l && level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK) && *len >= sizeof(int)) {
-    int v = r2s__link_tcp_opt(l, name);
+    int v = r2s__link_getsockopt(l, level, name);
     if (v >= 0) *(int *)val = v;
   }
   /* While the shim keeps the kernel's SO_OOBINLINE off, the application
    * still sees the value it set. */
   if (level == SOL_SOCKET && name == SO_OOBINLINE && *len >= sizeof(int) &&
-      ((l && r2s__link_oobinline(l) == 1) ||
+      ((l && r2s__link_getsockopt(l, SOL_SOCKET, SO_OOBINLINE) == 1) ||
        (!(r2s__conn_flags(c) & R2S_CONN_ESTABLISHED) && (r2s__conn_flags(c) & R2S_CONN_OOBINLINE))))
     *(int *)val = 1;
   /* SO_ERROR == 0 after a nonblocking connect means "connected" only if the

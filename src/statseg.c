@@ -206,15 +206,15 @@ static uint32_t path_state(const r2s_conn_t *c, bool *settled)
 {
   const r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
   uint32_t path = (uint32_t)r2s__conn_path(c);
-  uint32_t tx = l ? (uint32_t)r2s__link_tx_path(l) : R2S_PATH_TCP;
-  uint32_t rx = l ? (uint32_t)r2s__link_rx_path(l) : R2S_PATH_TCP;
+  int tx = R2S_PATH_TCP, rx = R2S_PATH_TCP;
+  if (l) r2s__link_info(l, &rx, &tx, NULL);
   bool plain = !l || r2s__link_passthrough(l);
   *settled = plain || (tx != R2S_PATH_TCP && rx != R2S_PATH_TCP);
   uint32_t why = R2S_REASON_NONE;
   /* A passthrough link's reason no longer changes (the flag was set after
    * it, with release order); an undecided one's is being written. */
   if (path == R2S_PATH_TCP) why = plain ? (uint32_t)r2s__conn_reason(c) : REASON_NEGOTIATING;
-  return path | tx << 4 | rx << 8 | why << 12;
+  return path | (uint32_t)tx << 4 | (uint32_t)rx << 8 | why << 12;
 }
 
 /* Writes c's identity into its slot. try: give up if another writer of the

@@ -49,7 +49,8 @@ static void note_slice_expired(stream_wait_t *s)
   bool stolen = r2s__link_bells_read(s->l) != s->bells &&
                 (r2s__link_poll(s->l, s->p.fd, s->events, &owned) & owned & s->events);
   int next = stolen ? STOLEN_CAP_MS : s->cap < R2S_WAIT_SLICE_MS ? s->cap * 2 : R2S_WAIT_SLICE_MS;
-  r2s__link_set_wait_cap(s->l, (uint32_t)(next < R2S_WAIT_SLICE_MS ? next : R2S_WAIT_SLICE_MS));
+  __atomic_store_n(&s->c->wait_cap_ms, (uint32_t)(next < R2S_WAIT_SLICE_MS ? next : R2S_WAIT_SLICE_MS),
+                   __ATOMIC_RELAXED);
 }
 
 static void each_link(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
@@ -73,7 +74,7 @@ static void each_link(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
 static bool spin_ready(void *arg)
 {
   stream_wait_t *s = arg;
-  if (s->rings) return (r2s__link_poll_ring(s->l, s->events) & s->events) != 0;
+  if (s->rings) return (r2s__link_poll(s->l, -1, s->events, NULL) & s->events) != 0;
   short owned, rev = r2s__link_poll(s->l, s->p.fd, s->events, &owned);
   if (rev & owned & s->events) return true;
   s->kernel = !(owned & s->events);
@@ -128,7 +129,7 @@ static void to_kernel(r2s_wait_t *w, bool nap)
   }
   short events = s->events;
   int rx = r2s__link_rx_state(s->l);
-  bool tx_ring = (events & POLLOUT) && r2s__link_tx_in_ring(s->l);
+  bool tx_ring = (events & POLLOUT) && r2s__link_in_rings(s->l, POLLOUT);
   short in = (events & POLLIN) ? (short)(POLLIN | (rx == R2S_RX_PROBE ? POLLPRI : 0)) : tx_ring ? POLLIN : 0;
   s->p.events = (short)(in | POLLRDHUP);
   if ((events & POLLOUT) && !tx_ring) s->p.events |= POLLOUT;
@@ -141,15 +142,15 @@ static int woke(r2s_wait_t *w, r2s_wait_woke_t how, int rc, int ms)
   r2s_link_t *l = s->l;
   if (how == R2S_WAIT_ARMED_READY) return 0;
   if (how == R2S_WAIT_NAPPED && rc == -EINTR) return -EINTR;
-  if (rc > 0) r2s__link_pump_due(l);
+  if (rc > 0) r2s__link_pump(l, -1);
   if (how == R2S_WAIT_NAPPED) {
-    if (r2s__link_poll_ring(l, s->events) & s->events) answered(s);
+    if (r2s__link_poll(l, -1, s->events, NULL) & s->events) answered(s);
     return 0;
   }
   if (rc == 0 && ms == s->cap) note_slice_expired(s);
   if (rc == 0) {
     r2s__link_spin_learn(l, s->events, r2s__wait_waited(w), false);
-  } else if (rc > 0 && (r2s__link_poll_ring(l, s->events) & s->events)) {
+  } else if (rc > 0 && (r2s__link_poll(l, -1, s->events, NULL) & s->events)) {
     answered(s);
   } else if (rc > 0 && !(s->p.revents & (POLLERR | POLLHUP | POLLRDHUP)) &&
              (r2s__link_in_rings(l, s->events) || !(s->p.revents & s->events))) {
@@ -181,7 +182,7 @@ static void wait_init(stream_wait_t *s, r2s_conn_t *c, int fd, short events)
 static int wait_for(stream_wait_t *s)
 {
   s->kernel = s->rings = false;
-  int cap = (int)r2s__link_wait_cap(s->l);
+  int cap = (int)__atomic_load_n(&s->c->wait_cap_ms, __ATOMIC_RELAXED);
   if (cap <= 0 || cap > R2S_WAIT_SLICE_MS) cap = R2S_WAIT_SLICE_MS;
   /* Bytes a sender reads ahead leave the socket without waking us: while
    * that can happen (the handshake phase only), sleep in short slices. */

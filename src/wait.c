@@ -92,9 +92,8 @@ static bool fold_budget(void *arg, r2s_link_t *l, short events, short owned)
 {
   (void)owned;
   spin_fold_t *f = arg;
-  int64_t b = r2s__link_spin_budget(l, events, f->may_probe);
+  int64_t b = r2s__link_spin_budget(l, events, f->may_probe, &f->yield_now);
   if (b > f->budget) f->budget = b;
-  f->yield_now = f->yield_now || r2s__link_peer_shares_cpu(l);
   return false;
 }
 
@@ -103,7 +102,7 @@ static bool ring_answers(void *arg, r2s_link_t *l, short events, short owned)
 {
   (void)owned;
   bool *ready = arg;
-  return *ready = r2s__link_poll_ring(l, events) != 0;
+  return *ready = r2s__link_poll(l, -1, events, NULL) != 0;
 }
 
 static bool ring_look(void *arg)

@@ -63,7 +63,7 @@ typedef struct r2s_wait_ops_s {
   /* Visits the set's carried connections (the spin's budget, the nap). */
   void (*each)(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg);
   /* The spin's look, without a system call; NULL: a link whose ring
-   * answers (r2s__link_poll_ring) of those each() visits. */
+   * answers (r2s__link_poll without a socket) of those each() visits. */
   bool (*ring)(void *w);
   /* The spin ended with ring() true: whether that answers the round (0
    * returned); false: the wait goes on to the kernel. NULL: true. */

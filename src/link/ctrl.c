@@ -27,7 +27,7 @@ int lk_queue_ctrl(r2s_link_t *l, const void *p, size_t len)
 /* Our PLAIN frame is all in the kernel: the send direction is plain TCP
  * from here on (r2s__link_send_oob, a ring that could not grow, a peer out
  * of reach). The state first, then the flag: a lockless
- * r2s__link_tx_in_ring never sees the ring open in between. The kernel gets
+ * lk_tx_in_ring never sees the ring open in between. The kernel gets
  * the application's TCP_NODELAY and TCP_CORK back (lk_switch_tx set its own).
  * tx_lock held. */
 static void plain_sent_locked(r2s_link_t *l, int fd)

@@ -22,7 +22,9 @@ bool lk_pump_is_due(r2s_link_t *l)
   return (++l->idle_looks & 63) == 0;
 }
 
-void r2s__link_pump_due(r2s_link_t *l)
+/* Frames may wait on the socket (the kernel said readable, or a doorbell
+ * was asked for): the next look reads them. */
+void lk_pump_later(r2s_link_t *l)
 {
   __atomic_store_n(&l->pump_due, 1, __ATOMIC_RELEASE);
 }
@@ -234,10 +236,14 @@ int lk_pump_control(r2s_link_t *l, int fd)
 /* A sender whose application never reads (iperf3's data connection) must
  * still see the peer's handshake and RING frames. Called without tx_lock;
  * only tries rx_lock (a reader that holds it is reading those frames). It
- * reads control frames only: application bytes stay for the application. */
+ * reads control frames only: application bytes stay for the application.
+ * Without a socket (fd < 0), the next look reads them. */
 void r2s__link_pump(r2s_link_t *l, int fd)
 {
-  lk_pump_from_sender(l, fd, false);
+  if (fd < 0)
+    lk_pump_later(l);
+  else
+    lk_pump_from_sender(l, fd, false);
 }
 
 /* read_ahead: the caller waits for a frame of the peer (see

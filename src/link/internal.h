@@ -102,7 +102,6 @@ struct r2s_link_s {
   bool eof_probed;          /* a frame went out to test a peer that sent its FIN */
   int64_t alive_checked_at; /* atomic: r2s__now_ns() of the last check_peer_alive */
   uint32_t bells_read;      /* atomic: DOORBELL frames read, by any thread */
-  uint32_t wait_cap_ms;     /* atomic: stream.c's sleep slice on this link (0: the default) */
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
   bool peer_ready; /* READY received: the peer's end takes our writes */
@@ -214,6 +213,24 @@ static inline bool carries_frames(const r2s_link_t *l)
   return l->tx_state == R2S_TX_FRAMES || l->tx_state == R2S_TX_RING;
 }
 
+/* Whether our writes go into the peer's ring now (the send direction owns
+ * POLLOUT); read without tx_lock. The RING frame says where the peer's
+ * reading continues: until all of it is in the kernel, no byte may go into
+ * the ring. Otherwise a FIN (our shutdown or close, with the socket still
+ * full of DATA frames the peer had not read) could cut the frame off
+ * behind them, and the peer, never told to read its ring, would see the
+ * end of the stream with our ring bytes unread: a premature EOF that the
+ * 1000-connection test hit under load. */
+static inline bool lk_tx_in_ring(const r2s_link_t *l)
+{
+  /* The same holds for a PLAIN frame (r2s__link_send_oob): the ring ends
+   * where it says, so nothing more may go in while it waits; the kernel's
+   * POLLOUT says when it can leave. */
+  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
+         !__atomic_load_n(&l->ring_unsent, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&l->plain_unsent, __ATOMIC_ACQUIRE);
+}
+
 /* kernel.c */
 ssize_t lk_ksend(int fd, const void *buf, size_t len, int flags);
 ssize_t lk_krecv(int fd, void *buf, size_t len, int flags);
@@ -267,11 +284,15 @@ void lk_try_ring_tx(r2s_link_t *l, int fd);
 
 /* frames.c */
 bool lk_pump_is_due(r2s_link_t *l);
+void lk_pump_later(r2s_link_t *l);
 int lk_read_frame(r2s_link_t *l, int fd, r2s_frame_hdr_t *h);
 int lk_handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h);
 int lk_pump_control(r2s_link_t *l, int fd);
 void lk_pump_from_sender(r2s_link_t *l, int fd, bool read_ahead);
 void lk_read_control_locked(r2s_link_t *l, int fd, bool read_ahead);
+
+/* oob.c */
+int lk_atmark(r2s_link_t *l, int fd);
 
 /* recv.c */
 ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);

@@ -98,7 +98,7 @@ static r2s_link_t *link_new(int rx_state, int tx_state)
   return l;
 }
 
-r2s_link_t *r2s__link_start(int fd, bool accepted, const r2s_policy_t *policy)
+static r2s_link_t *start_hello(int fd, bool accepted, const r2s_policy_t *policy)
 {
   if (policy->upgrade.mode == R2S_UPGRADE_NEVER) return NULL;
   /* The link exists before the hello leaves: a peer that hears it may
@@ -119,7 +119,7 @@ r2s_link_t *r2s__link_start(int fd, bool accepted, const r2s_policy_t *policy)
   return l;
 }
 
-r2s_link_t *r2s__link_start_inline(int fd)
+static r2s_link_t *start_inline(int fd)
 {
   /* An application that wants urgent data inline: send no hello, keep the
    * kernel's SO_OOBINLINE off while the peer's hello may still come (so it
@@ -135,7 +135,7 @@ r2s_link_t *r2s__link_start_inline(int fd)
   return l;
 }
 
-r2s_link_t *r2s__link_adopt(void)
+static r2s_link_t *adopt(void)
 {
   /* Nothing could have upgraded it: neither the options nor a rule. */
   if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER && !r2s__rules.may_upgrade) return NULL;
@@ -146,6 +146,28 @@ r2s_link_t *r2s__link_adopt(void)
   if (!l) return NULL;
   l->rx_consumed = 1;
   l->tcp_reason = R2S_REASON_INHERITED;
+  return l;
+}
+
+r2s_link_t *r2s__link_start(int fd, const r2s_link_how_t *how)
+{
+  r2s_link_t *l;
+  switch (how->kind) {
+  case R2S_LINK_CONNECTED:
+  case R2S_LINK_ACCEPTED:
+    l = start_hello(fd, how->kind == R2S_LINK_ACCEPTED, how->policy);
+    break;
+  case R2S_LINK_OOBINLINE:
+    l = start_inline(fd);
+    break;
+  default:
+    l = adopt();
+  }
+  if (!l) return NULL;
+  /* Nobody else sees the link yet. */
+  l->inherited = how->inherited;
+  l->on_upgrade_arg = how->arg;
+  __atomic_store_n(&l->on_upgrade, how->on_upgrade, __ATOMIC_RELEASE);
   return l;
 }
 
@@ -193,19 +215,19 @@ void r2s__link_free(r2s_link_t *l)
   free(l);
 }
 
-int r2s__link_rx_path(const r2s_link_t *l)
+static int rx_path(const r2s_link_t *l)
 {
   /* Bytes read ahead came over TCP, and the next read takes them. */
   if (r2s__readahead_len(&l->rx_ahead)) return R2S_PATH_TCP;
   return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING ? TP(l)->path : R2S_PATH_TCP;
 }
 
-int r2s__link_tx_path(const r2s_link_t *l)
+static int tx_path(const r2s_link_t *l)
 {
   return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING ? TP(l)->path : R2S_PATH_TCP;
 }
 
-int r2s__link_reason(const r2s_link_t *l)
+static int reason(const r2s_link_t *l)
 {
   if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
   if (FAILED(l)) return R2S_REASON_FAILED;
@@ -222,6 +244,13 @@ int r2s__link_reason(const r2s_link_t *l)
   return R2S_REASON_UNFINISHED;
 }
 
+void r2s__link_info(const r2s_link_t *l, int *rx, int *tx, int *why)
+{
+  if (rx) *rx = rx_path(l);
+  if (tx) *tx = tx_path(l);
+  if (why) *why = reason(l);
+}
+
 /* The first direction of the connection entered a ring. */
 void lk_mark_upgraded(r2s_link_t *l)
 {
@@ -236,30 +265,9 @@ int r2s__link_rx_state(const r2s_link_t *l)
   return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
 }
 
-void r2s__link_on_upgrade(r2s_link_t *l, void (*cb)(void *arg, int path), void *arg)
-{
-  l->on_upgrade_arg = arg;
-  __atomic_store_n(&l->on_upgrade, cb, __ATOMIC_RELEASE);
-}
-
-void r2s__link_inherited(r2s_link_t *l)
-{
-  l->inherited = true;
-}
-
 uint32_t r2s__link_bells_read(const r2s_link_t *l)
 {
   return __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED);
-}
-
-uint32_t r2s__link_wait_cap(const r2s_link_t *l)
-{
-  return __atomic_load_n(&l->wait_cap_ms, __ATOMIC_RELAXED);
-}
-
-void r2s__link_set_wait_cap(r2s_link_t *l, uint32_t ms)
-{
-  __atomic_store_n(&l->wait_cap_ms, ms, __ATOMIC_RELAXED);
 }
 
 void r2s__link_fork_child(r2s_link_t *l)

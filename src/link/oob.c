@@ -53,7 +53,7 @@ void r2s__link_app_oob(r2s_link_t *l, int fd)
   lk_tx_unlock(l, fd);
 }
 
-int r2s__link_set_oobinline(r2s_link_t *l, int fd, bool on)
+static int set_oobinline(r2s_link_t *l, int fd, bool on)
 {
   r2s__lock(&l->rx_lock);
   bool kept = l->rx_state != R2S_RX_PLAIN || __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE);
@@ -66,12 +66,7 @@ int r2s__link_set_oobinline(r2s_link_t *l, int fd, bool on)
   return r2s__libc.setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v) < 0 ? -errno : 0;
 }
 
-int r2s__link_oobinline(r2s_link_t *l)
-{
-  return __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) ? 1 : -1;
-}
-
-int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
+static int set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
 {
   r2s__lock(&l->tx_lock);
   int rc = 0;
@@ -80,15 +75,25 @@ int r2s__link_set_tcp_opt(r2s_link_t *l, int fd, int name, int v)
       l->tcp_nodelay = v != 0;
     else
       l->tcp_cork = v != 0;
-  } else {
-    rc = r2s__libc.setsockopt(fd, IPPROTO_TCP, name, &v, sizeof v);
+  } else if (r2s__libc.setsockopt(fd, IPPROTO_TCP, name, &v, sizeof v) < 0) {
+    rc = -errno;
   }
   lk_tx_unlock(l, fd);
   return rc;
 }
 
-int r2s__link_tcp_opt(r2s_link_t *l, int name)
+int r2s__link_setsockopt(r2s_link_t *l, int fd, int level, int name, int v)
 {
+  if (level == SOL_SOCKET && name == SO_OOBINLINE) return set_oobinline(l, fd, v != 0);
+  if (level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_CORK)) return set_tcp_opt(l, fd, name, v);
+  return -ENOPROTOOPT;
+}
+
+int r2s__link_getsockopt(r2s_link_t *l, int level, int name)
+{
+  if (level == SOL_SOCKET && name == SO_OOBINLINE)
+    return __atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) ? 1 : -1;
+  if (level != IPPROTO_TCP || (name != TCP_NODELAY && name != TCP_CORK)) return -1;
   r2s__lock(&l->tx_lock);
   int v = !carries_frames(l) ? -1 : name == TCP_NODELAY ? l->tcp_nodelay : l->tcp_cork;
   lk_tx_unlock(l, -1);
@@ -104,7 +109,7 @@ bool r2s__link_urgent_is_shims(r2s_link_t *l, int fd)
   return urg >= 0 && lk_shim_urgent_here(fd, urg, -1);
 }
 
-int r2s__link_atmark(r2s_link_t *l, int fd)
+int lk_atmark(r2s_link_t *l, int fd)
 {
   /* Control frames in front of the application's next byte (a PLAIN frame
    * above all) are read first: the mark is judged where the application
@@ -183,7 +188,7 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
   if (!rc && !l->plain_unsent) rc = lk_queue_plain_locked(l, R2S_REASON_APP_OOB);
   /* The PLAIN frame must be in the socket before the urgent byte. The
    * wait for room drops tx_lock: plain_unsent keeps every other byte out
-   * meanwhile (lk_queue_ctrl, r2s__link_tx_in_ring), and a sender that
+   * meanwhile (lk_queue_ctrl, lk_tx_in_ring), and a sender that
    * pushes the frame's rest itself turns the direction plain, which the
    * loop then finds with nothing pending. */
   while (!rc && l->tx_pending_len) {

@@ -65,7 +65,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
     *owned |= POLLIN;
     rev |= POLLIN;
   }
-  if ((events & POLLOUT) && r2s__link_tx_in_ring(l)) {
+  if ((events & POLLOUT) && lk_tx_in_ring(l)) {
     *owned |= POLLOUT;
     ssize_t sp = TP(l)->space(TPS(l));
     if (sp == 0 && alive_check_due(l, arming)) {
@@ -82,8 +82,22 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
   return rev;
 }
 
+/* r2s__link_poll without a socket: the rings alone, without a system call
+ * or a lock. */
+static short poll_rings(r2s_link_t *l, short events)
+{
+  short rev = 0;
+  if ((events & POLLIN) && r2s__readahead_len(&l->rx_ahead)) rev |= POLLIN;
+  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
+      (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))))
+    rev |= POLLIN;
+  if ((events & POLLOUT) && lk_tx_in_ring(l) && TP(l)->space(TPS(l)) != 0) rev |= POLLOUT;
+  return rev;
+}
+
 short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
 {
+  if (fd < 0) return poll_rings(l, events);
   return link_poll(l, fd, events, owned, false);
 }
 
@@ -92,7 +106,7 @@ bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen)
   bool ok = false;
   if (FAILED(l) || __atomic_load_n(&l->peer_gone, __ATOMIC_ACQUIRE)) return false;
   if (bit == POLLOUT) {
-    if (!r2s__link_tx_in_ring(l) || r2s__trylock(&l->tx_lock) != 0) return false;
+    if (!lk_tx_in_ring(l) || r2s__trylock(&l->tx_lock) != 0) return false;
     ssize_t sp = l->tx_state == R2S_TX_RING ? TP(l)->space(TPS(l)) : -1;
     if (sp >= 0) *gen = TP(l)->produced(TPS(l)) + (uint64_t)sp, ok = true;
     lk_tx_unlock(l, -1);
@@ -161,21 +175,10 @@ static void check_peer_alive(r2s_link_t *l, int fd)
   }
 }
 
-short r2s__link_poll_ring(r2s_link_t *l, short events)
-{
-  short rev = 0;
-  if ((events & POLLIN) && r2s__readahead_len(&l->rx_ahead)) rev |= POLLIN;
-  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING &&
-      (TP(l)->avail(TPS(l)) != 0 || TP(l)->peer_tx_closed(TPS(l))))
-    rev |= POLLIN;
-  if ((events & POLLOUT) && r2s__link_tx_in_ring(l) && TP(l)->space(TPS(l)) != 0) rev |= POLLOUT;
-  return rev;
-}
-
 bool r2s__link_in_rings(r2s_link_t *l, short events)
 {
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING) return false;
-  return !(events & POLLOUT) || r2s__link_tx_in_ring(l);
+  return !(events & POLLOUT) || lk_tx_in_ring(l);
 }
 
 /* Only waits for the peer's bytes adapt. A writer waits for room when the
@@ -196,18 +199,21 @@ static bool rx_spin_adapts(const r2s_link_t *l)
  * connection, never switched, and a data connection gone plain) polled
  * R2SOCK_SPIN_US per wait all the same: twice the receiver's CPU on
  * loopback (iperf3 against a peer with no ring: 88-92 % against 45-49 %). */
-int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe)
+static int64_t spin_budget(r2s_link_t *l, short events, bool may_probe)
 {
   bool rx_ring = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING;
   int64_t rx = (events & POLLIN) && rx_ring ? r2s__spin_budget(&l->rx_spin, rx_spin_adapts(l), may_probe) : 0;
-  int64_t tx =
-      (events & POLLOUT) && r2s__link_tx_in_ring(l) ? r2s__spin_budget(&l->tx_spin, false, false) : 0;
+  int64_t tx = (events & POLLOUT) && lk_tx_in_ring(l) ? r2s__spin_budget(&l->tx_spin, false, false) : 0;
   return rx > tx ? rx : tx;
 }
 
-bool r2s__link_peer_shares_cpu(r2s_link_t *l)
+int64_t r2s__link_spin_budget(r2s_link_t *l, short events, bool may_probe, bool *yield_now)
 {
-  return TPS(l) && TP(l)->peer_shares_cpu && TP(l)->peer_shares_cpu(TPS(l));
+  int64_t b = spin_budget(l, events, may_probe);
+  /* Whether the peer last ran on the CPU this thread runs on (a hint,
+   * see transport.h peer_shares_cpu). */
+  if (!*yield_now) *yield_now = TPS(l) && TP(l)->peer_shares_cpu && TP(l)->peer_shares_cpu(TPS(l));
+  return b;
 }
 
 /* A reader's wait that ended after waited_ns, the ring then holding
@@ -226,7 +232,7 @@ void r2s__link_spin_learn(r2s_link_t *l, short events, int64_t waited_ns, bool a
 }
 
 /* What the ring alone says to a reader: bytes (> 0), something else to
- * read (< 0), nothing (0). Without rx_lock, as r2s__link_poll_ring; the
+ * read (< 0), nothing (0). Without rx_lock, as poll_rings; the
  * flags that end a read at once (rx_eof, rx_shut) are stored atomically
  * for it, under rx_lock. */
 static inline ssize_t look_ring(r2s_link_t *l, const r2s_transport_t *tp, r2s_tp_state_t *tps)
@@ -245,7 +251,7 @@ void r2s__link_spin_rx(r2s_link_t *l, int64_t *began)
   const r2s_transport_t *tp = TP(l);
   r2s_tp_state_t *tps = TPS(l);
   if (look_ring(l, tp, tps) != 0) return;
-  int64_t budget = r2s__link_spin_budget(l, POLLIN, true);
+  int64_t budget = spin_budget(l, POLLIN, true);
   if (budget <= 0) return;
   r2s_spin_pace_t pace;
   r2s__spin_pace_start(&pace, budget, tp->peer_shares_cpu && tp->peer_shares_cpu(tps));
@@ -268,10 +274,10 @@ int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns)
 short r2s__link_arm(r2s_link_t *l, int fd, short events)
 {
   short owned, rev = 0;
-  r2s__link_pump_due(l); /* a doorbell may come: look at the socket again */
+  lk_pump_later(l); /* a doorbell may come: look at the socket again */
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
     TP(l)->sleep_rx(TPS(l), true);
-  if ((events & POLLOUT) && r2s__link_tx_in_ring(l)) TP(l)->sleep_tx(TPS(l), true);
+  if ((events & POLLOUT) && lk_tx_in_ring(l)) TP(l)->sleep_tx(TPS(l), true);
   /* Re-check after the flags are visible: a producer that published before
    * seeing them will not ring, so its bytes must be found now. */
   rev = link_poll(l, fd, events, &owned, true);

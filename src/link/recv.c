@@ -68,7 +68,7 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
    * caller's buffer, and no mark can lie inside them. */
   ssize_t k = lk_krecv(fd, NULL, (size_t)n, MSG_TRUNC);
   if (k != n) return k < 0 ? k : -EPROTO;
-  __atomic_store_n(&l->rx_consumed, l->rx_consumed + (uint64_t)n, __ATOMIC_RELAXED); /* r2s__link_reason */
+  __atomic_store_n(&l->rx_consumed, l->rx_consumed + (uint64_t)n, __ATOMIC_RELAXED); /* r2s__link_info */
   return n;
 }
 
@@ -279,7 +279,8 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   return n;
 }
 
-ssize_t r2s__link_readable(r2s_link_t *l, int fd)
+/* FIONREAD: the bytes a read would find, read-ahead first. */
+static ssize_t readable(r2s_link_t *l, int fd)
 {
   int q = 0;
   ssize_t n;
@@ -296,4 +297,11 @@ ssize_t r2s__link_readable(r2s_link_t *l, int fd)
   if (n >= 0) n += (ssize_t)r2s__readahead_len(&l->rx_ahead);
   lk_rx_unlock(l, fd);
   return n;
+}
+
+ssize_t r2s__link_ioctl(r2s_link_t *l, int fd, unsigned long req)
+{
+  if (req == FIONREAD) return readable(l, fd);
+  if (req == SIOCATMARK) return lk_atmark(l, fd);
+  return -EINVAL;
 }

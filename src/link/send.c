@@ -19,22 +19,6 @@ static uint64_t next_probe(uint64_t writes)
   return writes + step;
 }
 
-/* The RING frame says where the peer's reading continues: until all of it
- * is in the kernel, no byte may go into the ring. Otherwise a FIN (our
- * shutdown or close, with the socket still full of DATA frames the peer had
- * not read) could cut the frame off behind them, and the peer, never told
- * to read its ring, would see the end of the stream with our ring bytes
- * unread: a premature EOF that the 1000-connection test hit under load. */
-bool r2s__link_tx_in_ring(r2s_link_t *l)
-{
-  /* The same holds for a PLAIN frame (r2s__link_send_oob): the ring ends
-   * where it says, so nothing more may go in while it waits; the kernel's
-   * POLLOUT says when it can leave. */
-  return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
-         !__atomic_load_n(&l->ring_unsent, __ATOMIC_ACQUIRE) &&
-         !__atomic_load_n(&l->plain_unsent, __ATOMIC_ACQUIRE);
-}
-
 static ssize_t tx_plain(int fd, const struct iovec *iov, int cnt, int flags)
 {
   struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
@@ -120,7 +104,7 @@ static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
 }
 
 /* The ring case, the common one of a carried connection, first: our
- * writes go into the peer's ring (r2s__link_tx_in_ring), no control frame
+ * writes go into the peer's ring (lk_tx_in_ring), no control frame
  * waits to go first, no error waits for the application, and the ring
  * takes at least one byte. Then this is all a write does: what the
  * general path below would do in that case (R2S_TX_RING, where flags do
@@ -131,7 +115,7 @@ static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
 static inline ssize_t send_ring_first(r2s_link_t *l, int fd, const struct iovec *iov, int cnt,
                                       r2s_link_moved_t *mv)
 {
-  if (!r2s__link_tx_in_ring(l) || l->tx_pending_len || l->tx_shut || FAILED(l) ||
+  if (!lk_tx_in_ring(l) || l->tx_pending_len || l->tx_shut || FAILED(l) ||
       __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE))
     return 0;
   ssize_t n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
@@ -221,7 +205,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     case R2S_TX_RING: {
       int rc = lk_flush_ctrl(l, fd);
-      if (rc < 0 && (rc != -EAGAIN || !r2s__link_tx_in_ring(l))) {
+      if (rc < 0 && (rc != -EAGAIN || !lk_tx_in_ring(l))) {
         n = rc;
         break;
       }

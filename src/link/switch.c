@@ -231,7 +231,7 @@ int lk_switch_tx(r2s_link_t *l, int fd)
     lk_keep_sock_err(l, n);
     return n < 0 ? (int)n : -EAGAIN; /* the send buffer is full: try again on a later write */
   }
-  /* tp first: a reader without the locks (r2s__link_peer_shares_cpu, from
+  /* tp first: a reader without the locks (r2s__link_spin_budget, from
    * another thread's wait) that sees tps calls through tp. */
   __atomic_store_n(&l->tp, tp, __ATOMIC_RELEASE);
   __atomic_store_n(&l->tps, st, __ATOMIC_RELEASE);
@@ -243,7 +243,7 @@ int lk_switch_tx(r2s_link_t *l, int fd)
    * above all: a doorbell held back by Nagle until the peer's delayed ACK
    * costs 40 ms. The application's own TCP_NODELAY/TCP_CORK (set on this
    * socket or, for an accepted one, on its listener) are kept aside for it
-   * (r2s__link_set_tcp_opt) until the direction goes plain again. */
+   * (r2s__link_setsockopt) until the direction goes plain again. */
   l->tcp_nodelay = kernel_tcp_opt(fd, TCP_NODELAY);
   l->tcp_cork = kernel_tcp_opt(fd, TCP_CORK);
   int one = 1, zero = 0;

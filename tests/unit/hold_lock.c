@@ -42,7 +42,8 @@ __attribute__((visibility("default"))) int r2s__test_path(int fd, int tx)
   r2s_conn_t *c = r2s__fd_get(fd);
   if (!c) return -EBADF;
   r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
-  int p = !l ? R2S_PATH_TCP : tx ? r2s__link_tx_path(l) : r2s__link_rx_path(l);
+  int p = R2S_PATH_TCP;
+  if (l) r2s__link_info(l, tx ? NULL : &p, tx ? &p : NULL, NULL);
   r2s__conn_put(c);
   return p;
 }

@@ -104,7 +104,8 @@ static void test_loop_carries_a_connection(void **state)
   tcp_pair(&c, &s);
   r2s_policy_t now = {{R2S_UPGRADE_NOW, 0}, R2S_TRANSPORT_AUTO};
   r2s__loop_enable(true);
-  r2s_link_t *lc = r2s__link_start(c, false, &now), *ls = r2s__link_start(s, true, &now);
+  r2s_link_t *lc = r2s__link_start(c, &(r2s_link_how_t){.kind = R2S_LINK_CONNECTED, .policy = &now}),
+             *ls = r2s__link_start(s, &(r2s_link_how_t){.kind = R2S_LINK_ACCEPTED, .policy = &now});
   assert_non_null(lc);
   assert_non_null(ls);
   dir_t up = {.tx = lc, .rx = ls, .tx_fd = c, .rx_fd = s};
@@ -124,7 +125,9 @@ static void test_loop_carries_a_connection(void **state)
   assert_true(up.sent_ring > 0 && up.got_ring > 0);
   assert_true(down.sent_ring > 0 && down.got_ring > 0);
   assert_int_equal(r2s__loop_rings_made(), 2);
-  assert_int_equal(r2s__link_reason(lc), R2S_REASON_NONE);
+  int why;
+  r2s__link_info(lc, NULL, NULL, &why);
+  assert_int_equal(why, R2S_REASON_NONE);
   r2s__loop_enable(false);
   r2s__link_free(lc), r2s__link_free(ls);
   close(c), close(s);
@@ -139,7 +142,8 @@ static void test_loop_not_chosen_unless_enabled(void **state)
   tcp_pair(&c, &s);
   uint64_t before = r2s__loop_rings_made();
   r2s_policy_t now = {{R2S_UPGRADE_NOW, 0}, R2S_TRANSPORT_AUTO};
-  r2s_link_t *lc = r2s__link_start(c, false, &now), *ls = r2s__link_start(s, true, &now);
+  r2s_link_t *lc = r2s__link_start(c, &(r2s_link_how_t){.kind = R2S_LINK_CONNECTED, .policy = &now}),
+             *ls = r2s__link_start(s, &(r2s_link_how_t){.kind = R2S_LINK_ACCEPTED, .policy = &now});
   dir_t up = {.tx = lc, .rx = ls, .tx_fd = c, .rx_fd = s};
   for (int i = 0; i < 200 && up.got < 4096; i++) {
     step(&up, 3);
