@@ -61,6 +61,17 @@ int r2s__open_raw(const char *path, int flags, unsigned mode)
   return (int)fd;
 }
 
+ssize_t r2s__read_small_raw(const char *path, char *buf, size_t len)
+{
+  int fd = r2s__open_raw(path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  ssize_t n = r2s__libc.read(fd, buf, len - 1);
+  r2s__libc.close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  return n;
+}
+
 int r2s__fstat_raw(int fd, struct stat *sb)
 {
   return (int)syscall(SYS_fstat, fd, sb);

@@ -106,6 +106,9 @@ void r2s__say_raw(const char *a, const char *b, const char *c);
  * tracks descriptors sees an fd it never saw closed reused by another
  * thread and reports a race (TSan did, in unit.early_ctor). */
 int r2s__open_raw(const char *path, int flags, unsigned mode);
+/* The first len - 1 bytes of a small file (/proc) so opened, read once
+ * and NUL-terminated in buf: their count, or -1 if unreadable or empty. */
+ssize_t r2s__read_small_raw(const char *path, char *buf, size_t len);
 /* mmap(2) of such a file, for the same reason (a sanitizer's mmap
  * interceptor also records the descriptor). */
 void *r2s__mmap_fd_raw(size_t len, int fd);

@@ -106,8 +106,8 @@ typedef struct r2s_policy_s {
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \
     "assume every peer runs r2sock: switch without waiting for its hello")                                   \
   X(RING_SIZE, ring_size, ringsize, 0,                                                                       \
-    "bytes of each receive ring (a power of two, 4K to 1G); auto: 512K for shared memory, 2M for RDMA "      \
-    "(8M for the first 8 RDMA connections where memlock is unlimited)")                                      \
+    "bytes of each receive ring (a power of two, 4K to 1G); auto: 512K for shared memory (8M for the first " \
+    "8 made while the CPUs are contended), 2M for RDMA (8M for the first 8 where memlock is unlimited)")     \
   X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)") \
   X(SPIN_MAX_US, spin_max_us, usec, 1000,                                                                  \
     "microseconds an RDMA connection's blocked read may poll when its recent waits were that short "       \
@@ -199,7 +199,9 @@ const char *r2s__format_transport(const r2s_opt_transport_t *v, char *buf, size_
  * spans a network, and the bytes in flight are bounded by the ring (two
  * emulated hosts: iperf3 at 0.73-0.87x ib_write_bw with 512K, 0.94-1.14x
  * with 2M). Over RDMA both ends' rings are pinned memory; where that is
- * unlimited, the RDMA transport offers wider rings (transport/rdma_fit.h). */
+ * unlimited, the RDMA transport offers wider rings (transport/rdma_fit.h).
+ * Shared memory offers wider ones while the CPUs are contended
+ * (transport/shm.c, offer_size). */
 #define R2S_RING_AUTO_SHM  (512u << 10)
 #define R2S_RING_AUTO_RDMA (2u << 20)
 static inline uint64_t r2s__ring_size(bool rdma)

@@ -17,12 +17,7 @@ const char *r2s__proc_stat(int pid, char *buf, size_t len)
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
   else
     snprintf(path, sizeof path, "/proc/self/stat");
-  int fd = r2s__open_raw(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return NULL;
-  ssize_t n = r2s__libc.read(fd, buf, len - 1);
-  r2s__libc.close(fd);
-  if (n <= 0) return NULL;
-  buf[n] = '\0';
+  if (r2s__read_small_raw(path, buf, len) < 0) return NULL;
   /* The name may hold spaces and parentheses: the last ')' ends it. */
   const char *p = strrchr(buf, ')');
   return p && p[1] == ' ' ? p + 2 : NULL;

@@ -29,6 +29,7 @@
   X(conn_shm, "connections upgraded to shared memory")                                                       \
   X(conn_rdma, "connections upgraded to RDMA")                                                               \
   X(rings_by_fd, "shared-memory rings of peers taken by file descriptor (another user, another /dev/shm)")   \
+  X(rings_wide, "shared-memory rings made 8 MiB wide because the CPUs were contended")                      \
   X(tcp_disabled, "stayed on TCP: R2SOCK_UPGRADE=never, a denied port or program")                           \
   X(tcp_peer_plain, "stayed on TCP: the peer does not run r2sock")                                           \
   X(tcp_no_peer_yet, "stayed on TCP: ended before the peer sent anything")                                   \

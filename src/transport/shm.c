@@ -31,14 +31,17 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "cpu_busy.h"
 #include "hostid.h"
 #include "libc.h"
 #include "log.h"
 #include "options.h"
 #include "proc.h"
 #include "ring.h"
+#include "stats.h"
 #include "transport.h"
 #include "shm_fd.h"
 #include "shm_offer.h"
@@ -64,6 +67,7 @@ struct r2s_tp_state_s {
   /* The application's SO_SNDBUF as the kernel reports it (0: not set),
    * atomic: see tx_limit. */
   uint32_t sndbuf;
+  bool wide; /* holds one of the process's wide rings (offer_size) */
 };
 
 #define NAME_PREFIX "/r2s-"
@@ -100,6 +104,42 @@ static int populate(const r2s_ring_t *r, uint64_t from, uint64_t to, int advice)
 {
   if (from >= to) return 0;
   return madvise(r->data + from, (size_t)(to - from), advice) == 0 ? 0 : -errno;
+}
+
+/* Wide rings: the auto size of a ring made while the CPUs are contended
+ * (cpu_busy.h), for a process's first SHM_WIDE_CONNS rings, where /dev/shm
+ * has room for SHM_WIDE_ROOM of them. The ring bounds the bytes in flight,
+ * and on CPUs shared with other work it is what a writer leaves for its
+ * reader between their turns on a CPU: kernel TCP's buffers grow to
+ * megabytes there, and a 512 KiB ring made a stream a fraction of kernel
+ * TCP's speed once busy threads outnumbered the cores. On free CPUs the
+ * reader keeps up, and a ring that fits the caches is faster: a wide one
+ * there moved large writes at half the speed. Pages are reserved as a
+ * stream reaches them (backed_step), so a wide ring costs a short or slow
+ * connection nothing more. A connection keeps its ring's size for life. */
+#define SHM_RING_WIDE  (8ull << 20)
+#define SHM_WIDE_CONNS 8u
+#define SHM_WIDE_ROOM  16u
+static unsigned wide_live;
+
+/* The ring this end offers: R2SOCK_RING_SIZE if set, else a wide one if
+ * the CPUs are contended, one of the process's is free and the file
+ * system of the segment (fd) has room, else the usual auto size. */
+static uint64_t offer_size(int fd, bool *wide)
+{
+  *wide = false;
+  if (r2s__opt.ring_size) return r2s__opt.ring_size;
+  struct statvfs vfs;
+  if (!r2s__cpus_contended() || fstatvfs(fd, &vfs) != 0 ||
+      (uint64_t)vfs.f_bavail * vfs.f_frsize < SHM_WIDE_ROOM * SHM_RING_WIDE)
+    return r2s__ring_size(false);
+  if (__atomic_add_fetch(&wide_live, 1, __ATOMIC_RELAXED) <= SHM_WIDE_CONNS) {
+    *wide = true;
+    R2S_STAT_INC(rings_wide);
+    return SHM_RING_WIDE;
+  }
+  __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
+  return r2s__ring_size(false);
 }
 
 static int random_name(char *out)
@@ -150,7 +190,6 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
   static pthread_once_t swept = PTHREAD_ONCE_INIT;
   pthread_once(&swept, sweep_orphans);
   __atomic_store_n(&used_shm, 1, __ATOMIC_RELEASE);
-  uint64_t size = r2s__ring_size(false);
   r2s_tp_state_t *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
   st->fetch_fd = -1;
@@ -162,6 +201,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
     goto err_free;
   }
   st->named = true;
+  uint64_t size = offer_size(fd, &st->wide);
   st->own_len = r2s__ring_bytes(size);
   /* Reserve the first pages, not just the size (see the top). Without
    * room for them the offer fails and the connection stays on TCP. */
@@ -196,6 +236,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
 err_unmap:
   unmap(&st->own_mem, st->own_len);
   shm_unlink(st->name);
+  if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
 err_free:
   free(st);
   return rc;
@@ -622,6 +663,7 @@ static void shm_release(r2s_tp_state_t *st)
   r2s__shm_fd_unlisten(st->fetch_fd, st->fetch_ino);
   unmap(&st->own_mem, st->own_len);
   unmap(&st->peer_mem, st->peer_len);
+  if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
   free(st);
 }
 
