@@ -238,6 +238,21 @@ static void count_moved(r2s_conn_t *c, void (*count)(r2s_conn_t *, r2s_path_t, l
   if (n > ring) count(c, R2S_PATH_TCP, n - ring);
 }
 
+/* The iovecs of a call's next step, `done` bytes in: the caller's own,
+ * untouched, for a first step the link may take whole (the ring needs no
+ * copy of them); else at most REST_IOVS of them from byte `done` on, in
+ * rest. *k: how many. */
+#define REST_IOVS 64
+static const struct iovec *iov_from(struct iovec *rest, const struct iovec *iov, int cnt, size_t done, int *k)
+{
+  if (!done && cnt <= REST_IOVS) {
+    *k = cnt;
+    return iov;
+  }
+  *k = r2s__iov_advance(rest, REST_IOVS, iov, cnt, done);
+  return rest;
+}
+
 ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt, int flags)
 {
   R2S_SANITIZE_IOV(iov, cnt);
@@ -253,13 +268,10 @@ ssize_t r2s__stream_recv(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   if (!nb && !(flags & (MSG_PEEK | MSG_WAITALL)) && r2s__link_in_rings(l, POLLIN))
     (void)r2s__link_spin_rx(l, &s.w.began);
   s.w.polled = s.w.began != 0;
-  struct iovec rest[64];
+  struct iovec rest[REST_IOVS];
   for (;;) {
-    /* The first read takes the caller's iovec as it is, if the link may
-     * have all of it: the ring's bytes (link.h) need no copy of it. */
-    const struct iovec *v = iov;
-    int k = cnt;
-    if (done || cnt > 64) v = rest, k = r2s__iov_advance(rest, 64, iov, cnt, done);
+    int k;
+    const struct iovec *v = iov_from(rest, iov, cnt, done, &k);
     r2s_link_moved_t mv;
     ssize_t n = r2s__link_recv(l, fd, v, k, flags & MSG_PEEK, &mv);
     if (n > 0) s.w.began = 0;
@@ -288,13 +300,10 @@ ssize_t r2s__stream_send(r2s_conn_t *c, int fd, const struct iovec *iov, int cnt
   size_t want = r2s__iov_total(iov, cnt), done = 0;
   bool nb = nonblocking(c, flags), waiting = false;
   stream_wait_t s;
-  struct iovec rest[64];
+  struct iovec rest[REST_IOVS];
   for (;;) {
-    /* The first write takes the caller's iovec as it is, if the link may
-     * have all of it: the ring (link.h) needs no copy of it. */
-    const struct iovec *v = iov;
-    int k = cnt;
-    if (done || cnt > 64) v = rest, k = r2s__iov_advance(rest, 64, iov, cnt, done);
+    int k;
+    const struct iovec *v = iov_from(rest, iov, cnt, done, &k);
     r2s_link_moved_t mv;
     ssize_t n = want == done ? 0 : r2s__link_send(l, fd, v, k, flags & ~MSG_DONTWAIT, &mv);
     if (n > 0) {

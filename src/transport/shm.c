@@ -129,8 +129,11 @@ static uint64_t offer_size(int fd, bool *wide)
 {
   *wide = false;
   if (r2s__opt.ring_size) return r2s__opt.ring_size;
+  /* The cheap look first: with all wide rings taken (a process of many
+   * connections), an offer reads no /proc file. */
   struct statvfs vfs;
-  if (!r2s__cpus_contended() || fstatvfs(fd, &vfs) != 0 ||
+  if (__atomic_load_n(&wide_live, __ATOMIC_RELAXED) >= SHM_WIDE_CONNS || !r2s__cpus_contended() ||
+      fstatvfs(fd, &vfs) != 0 ||
       (uint64_t)vfs.f_bavail * vfs.f_frsize < SHM_WIDE_ROOM * SHM_RING_WIDE)
     return r2s__ring_size(false);
   if (__atomic_add_fetch(&wide_live, 1, __ATOMIC_RELAXED) <= SHM_WIDE_CONNS) {
