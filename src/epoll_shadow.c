@@ -12,6 +12,7 @@
 #include "fdtable.h"
 #include "libc.h"
 #include "link.h"
+#include "poke.h"
 #include "readiness.h"
 #include "sanitize.h"
 
@@ -91,8 +92,10 @@ r2s_ep_reg_t *r2s__epoll_reg(int epfd, bool create)
 
 /* ---- the set's wake-up (r2s_ep_wake_t) ---- */
 
-static void wake_close(r2s_ep_wake_t *w)
+static void wake_close(r2s_ep_reg_t *r)
 {
+  r2s_ep_wake_t *w = &r->wake;
+  r->poke = 0; /* registered under the old key: registered again under the next */
   /* A number the application took back (closefrom, then a file of its
    * own) is no longer ours: forgotten, never closed. */
   if (w->rd >= 0 && r2s__still_sock(w->rd, w->rd_ino)) r2s__libc.close(w->rd);
@@ -106,7 +109,7 @@ static bool wake_ready(r2s_ep_reg_t *r, int epfd)
 {
   r2s_ep_wake_t *w = &r->wake;
   if (w->rd >= 0 && r2s__still_sock(w->rd, w->rd_ino) && r2s__still_sock(w->wr, w->wr_ino)) return true;
-  wake_close(w);
+  wake_close(r);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) return false;
   /* Kept at numbers of the shim's (libc.h); the originals go. */
@@ -136,6 +139,13 @@ static void wake_waiters(r2s_ep_reg_t *r, int epfd)
     (void)r2s__libc.send(r->wake.wr, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
   pthread_mutex_unlock(&r->lock);
+}
+
+bool r2s__epoll_join_poke(r2s_ep_reg_t *r, int epfd)
+{
+  /* Once joined, no system call: each wait of the set comes here. */
+  if (r->poke && r->poke == r2s__poke_id() && r->wake.rd >= 0) return true;
+  return wake_ready(r, epfd) && r2s__poke_join(epfd, r->wake.key, &r->poke);
 }
 
 bool r2s__epoll_is_wake(r2s_ep_reg_t *r, const struct epoll_event *ev)
@@ -171,7 +181,7 @@ void r2s__epoll_closed(int fd)
   if (!r) return;
   /* A wait still running on this epoll fd in another thread would be the
    * application's own use-after-close; the registry goes with the fd. */
-  wake_close(&r->wake);
+  wake_close(r);
   pthread_mutex_destroy(&r->lock);
   free(r->v);
   free(r);
@@ -212,7 +222,7 @@ void r2s__epoll_created(int epfd)
   if (!r) return;
   pthread_mutex_lock(&r->lock);
   r->n = 0;
-  wake_close(&r->wake); /* registered in the old set, not in this one */
+  wake_close(r); /* registered in the old set, not in this one */
   pthread_mutex_unlock(&r->lock);
 }
 

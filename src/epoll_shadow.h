@@ -66,6 +66,7 @@ typedef struct r2s_ep_reg_s {
   unsigned n, cap;
   unsigned round;     /* counts epoll_wait calls, to report an entry once per call */
   r2s_ep_wake_t wake; /* r->lock */
+  uint64_t poke;      /* the poke socket registered in the set (poke.h; 0: none), r->lock */
   int waiters;        /* atomic: threads in an epoll wait on the set (r2s__epoll_wait) */
 } r2s_ep_reg_t;
 
@@ -82,7 +83,12 @@ static inline bool r2s__ep_same_conn(const r2s_ep_entry_t *e, const r2s_conn_t *
 /* The registry of epfd; with create, made if it has none. NULL: none (or
  * no memory, or epfd out of the fd table's range). */
 r2s_ep_reg_t *r2s__epoll_reg(int epfd, bool create);
-/* Whether ev is the set's wake-up; if so, it is drained. r->lock held. */
+/* Registers the poke (poke.h) in the set, under its wake-up's key, so
+ * that a wait on it may sleep without a slice; false if it cannot be had.
+ * r->lock held. */
+bool r2s__epoll_join_poke(r2s_ep_reg_t *r, int epfd);
+/* Whether ev is the set's wake-up (its own, or the poke); if so, the
+ * set's own is drained. r->lock held. */
 bool r2s__epoll_is_wake(r2s_ep_reg_t *r, const struct epoll_event *ev);
 /* The kernel's events for epfd less the set's wake-up (a wait that was
  * not the shim's when it began can still be woken by it). */

@@ -6,12 +6,14 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "clock.h"
 #include "conn.h"
 #include "epoll_shadow.h"
 #include "libc.h"
 #include "link.h"
+#include "poke.h"
 #include "ready_conn.h"
 #include "wait.h"
 
@@ -48,11 +50,45 @@ static uint32_t edges_only(r2s_ep_entry_t *e, r2s_link_t *l, uint32_t got, short
   return got;
 }
 
+/* The links a wait armed, to be unarmed by that wait: an entry of the set
+ * may change or go meanwhile, and another thread's wait may have armed
+ * the same links (each link counts its armed waits, and the last one
+ * clears the peer's word). Kept by connection, as the set keeps them. */
+typedef struct armed_s {
+  int fd;
+  uint32_t conn_id;
+  r2s_conn_t *conn;
+  short events;
+} armed_t;
+
+typedef struct arm_list_s {
+  armed_t *v;
+  unsigned n, cap;
+  bool sure; /* every change of the armed links wakes the kernel's wait */
+} arm_list_t;
+
+static bool arm_list_add(arm_list_t *a, const r2s_ep_entry_t *e, short events)
+{
+  if (a->n == a->cap) {
+    unsigned cap = a->cap ? a->cap * 2 : 64;
+    armed_t *v = realloc(a->v, cap * sizeof *v);
+    if (!v) return false;
+    a->v = v, a->cap = cap;
+  }
+  a->v[a->n++] = (armed_t){e->fd, e->conn_id, e->conn, events};
+  return true;
+}
+
 /* Readiness of the carried connections registered in r, up to max events;
  * -ENOENT if none of its registrations is a carried connection. A wait
- * that began at `began` (0: none) ends for the links found ready. */
-static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, bool arm, int64_t began)
+ * that began at `began` (0: none) ends for the links found ready. Arming
+ * (a not NULL), the links armed go on a's list; a->sure is cleared if one
+ * of them may change without waking the kernel's wait
+ * (r2s__link_wakes_sure), or could not be listed (then it is not armed:
+ * the sleep keeps its slice). */
+static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t *a, int64_t began)
 {
+  bool arm = a != NULL;
   int k = 0;
   bool any = false;
   pthread_mutex_lock(&r->lock);
@@ -64,8 +100,18 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, bool arm, 
     if (r2s__ep_same_conn(e, c)) {
       any = true;
       short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
-      short rev = arm ? r2s__link_arm(c->link, e->fd, want) : r2s__link_poll(c->link, e->fd, want, &owned);
-      if (!arm) rev &= (short)(owned | POLLERR);
+      short rev;
+      if (arm) {
+        if (arm_list_add(a, e, want)) {
+          rev = r2s__link_arm(c->link, e->fd, want);
+          if (a->sure && !r2s__link_wakes_sure(c->link)) a->sure = false;
+        } else {
+          rev = r2s__link_poll(c->link, e->fd, want, &owned) & owned;
+          a->sure = false;
+        }
+      } else {
+        rev = r2s__link_poll(c->link, e->fd, want, &owned) & (short)(owned | POLLERR);
+      }
       if (arm) owned = rev; /* r2s__link_arm answers for owned bits only */
       uint32_t got = edges_only(e, c->link, (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP), owned);
       if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
@@ -82,17 +128,18 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, bool arm, 
   return any || k ? k : -ENOENT;
 }
 
-static void unarm_all(r2s_ep_reg_t *r)
+/* The links on a's list, of connections still carried: a link gone since
+ * took its count with it. */
+static void unarm_all(arm_list_t *a)
 {
-  pthread_mutex_lock(&r->lock);
-  for (unsigned i = 0; i < r->n; i++) {
-    r2s_conn_t *c = r2s__ready_carried(r->v[i].fd);
+  for (unsigned i = 0; i < a->n; i++) {
+    armed_t *m = &a->v[i];
+    r2s_conn_t *c = r2s__ready_carried(m->fd);
     if (!c) continue;
-    if (r2s__ep_same_conn(&r->v[i], c))
-      r2s__link_unarm(c->link, (short)(r->v[i].events & (EPOLLIN | EPOLLOUT)));
+    if (c == m->conn && c->id == m->conn_id) r2s__link_unarm(c->link, m->events);
     r2s__conn_put(c);
   }
-  pthread_mutex_unlock(&r->lock);
+  a->n = 0;
 }
 
 /* An entry already reported in this call (from its link's answer, in
@@ -166,7 +213,9 @@ static int filter(r2s_ep_reg_t *r, struct epoll_event *done, int ndone, struct e
 typedef struct ep_wait_s {
   r2s_wait_t w;
   r2s_ep_reg_t *r;
-  int k; /* what arming collected: events in w.ev[0..k), or -ENOENT */
+  int k;         /* what arming collected: events in w.ev[0..k), or -ENOENT */
+  bool poked;    /* counted among the sleepers a poke wakes (poke.h), until unarmed */
+  arm_list_t a;  /* the links armed, until unarmed */
 } ep_wait_t;
 
 /* The carried entries not yet fired (EPOLLONESHOT), under the registry
@@ -188,19 +237,29 @@ static void each_entry(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
   pthread_mutex_unlock(&r->lock);
 }
 
-/* Arms, and catches what raced in. */
+/* Arms, and catches what raced in. With the poke in the set, counted
+ * among its sleepers before the first link is armed, the wait may sleep
+ * without a slice (wait.h): from then on, a thread that takes a doorbell
+ * of one of its links, or changes one, wakes it (poke.h). */
 static bool arm(r2s_wait_t *w)
 {
   ep_wait_t *e = (ep_wait_t *)w;
-  e->k = collect(e->r, w->ev, w->max, true, w->began);
+  pthread_mutex_lock(&e->r->lock);
+  e->poked = r2s__epoll_join_poke(e->r, w->epfd);
+  pthread_mutex_unlock(&e->r->lock);
+  if (e->poked) r2s__poke_sleep_begin();
+  e->a.sure = e->poked;
+  e->k = collect(e->r, w->ev, w->max, &e->a, w->began);
+  w->unsliced = e->a.sure;
   return e->k != 0;
 }
 
-/* Not after arming found nothing of ours (-ENOENT): nothing was armed. */
 static void unarm(r2s_wait_t *w)
 {
   ep_wait_t *e = (ep_wait_t *)w;
-  if (e->k >= 0) unarm_all(e->r);
+  unarm_all(&e->a);
+  if (e->poked) r2s__poke_sleep_end();
+  e->poked = false;
 }
 
 /* The k events the links answered, and the kernel's instant answer for
@@ -221,7 +280,7 @@ static int woke(r2s_wait_t *w, r2s_wait_woke_t how, int rc, int ms)
   if (rc > 0 || how == R2S_WAIT_NAPPED || ms) return rc;
   /* Only doorbells (or nothing), and the time is up: a last look at the
    * links. */
-  int k = collect(e->r, w->ev, w->max, false, w->began);
+  int k = collect(e->r, w->ev, w->max, NULL, w->began);
   return k > 0 ? k : -ETIMEDOUT;
 }
 
@@ -238,11 +297,12 @@ int r2s__ready_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout
     pthread_mutex_lock(&r->lock);
     r->round++;
     pthread_mutex_unlock(&r->lock);
-    int k = collect(r, ev, max, false, e.w.began);
-    if (k < 0) return k; /* nothing of ours in this set: the kernel alone */
-    if (k > 0) return with_kernel(&e, k);
-    int rc = r2s__wait_round(&e.w);
-    if (rc != 0) return rc == -ETIMEDOUT ? 0 : rc;
+    int k = collect(r, ev, max, NULL, e.w.began);
+    int rc = k < 0 ? k : k > 0 ? with_kernel(&e, k) : r2s__wait_round(&e.w);
+    if (rc != 0) {
+      free(e.a.v);
+      return rc == -ETIMEDOUT ? 0 : rc; /* -ENOENT: nothing of ours in this set, the kernel alone */
+    }
   }
 }
 

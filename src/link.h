@@ -240,9 +240,19 @@ bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen);
 
 /* Before sleeping in the kernel on fd for `events`: ask the peer for a
  * doorbell, then re-check. Returns the events ready right now (0: sleep).
- * r2s__link_unarm() after waking. */
+ * r2s__link_unarm() after waking: each arm is undone by one unarm (the
+ * link counts the waits armed on it, see r2s__link_wakes_sure). */
 short r2s__link_arm(r2s_link_t *l, int fd, short events);
 void r2s__link_unarm(r2s_link_t *l, short events);
+
+/* Whether, armed, every change of the link wakes a wait asleep in the
+ * kernel on its socket: a doorbell (the transport's wake_sure), a frame,
+ * the peer's end, or a poke from a thread that took one of those or
+ * changed the link (poke.h). False while a sender may read the peer's
+ * bytes ahead (r2s__link_may_read_ahead), or while a direction is in the
+ * ring of a transport whose wake-ups can be missed: then the wait keeps
+ * its slice (wait.h). */
+bool r2s__link_wakes_sure(r2s_link_t *l);
 
 /* How long a wait for `events` should poll the ring first (spin.h; a wait
  * on this link alone may probe). Sets *yield_now if the peer last ran on

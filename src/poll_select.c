@@ -101,6 +101,7 @@ typedef struct poll_wait_s {
   r2s_wait_t w;
   r2s_conn_t **cs;
   const short *orig, *own;
+  nfds_t armed; /* the links of fds[0..armed) were armed: only those are unarmed */
 } poll_wait_t;
 
 static void each_link(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
@@ -113,16 +114,19 @@ static void each_link(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
 static bool arm(r2s_wait_t *w)
 {
   poll_wait_t *p = (poll_wait_t *)w;
-  for (nfds_t i = 0; i < w->nfds; i++)
+  for (p->armed = 0; p->armed < w->nfds;) {
+    nfds_t i = p->armed++;
     if (p->cs[i] && (r2s__link_arm(p->cs[i]->link, w->fds[i].fd, p->orig[i]) & p->orig[i])) return true;
+  }
   return false;
 }
 
 static void unarm(r2s_wait_t *w)
 {
   poll_wait_t *p = (poll_wait_t *)w;
-  for (nfds_t i = 0; i < w->nfds; i++)
+  for (nfds_t i = 0; i < p->armed; i++)
     if (p->cs[i]) r2s__link_unarm(p->cs[i]->link, p->orig[i]);
+  p->armed = 0;
 }
 
 static void to_kernel(r2s_wait_t *w, bool nap)
@@ -169,7 +173,7 @@ int r2s__ready_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t
   }
   rc = -ENOENT;
   if (!special) goto out;
-  poll_wait_t pw = {{.ops = &poll_ops, .fds = fds, .nfds = n, .epfd = -1, .mask = mask}, cs, orig, own};
+  poll_wait_t pw = {{.ops = &poll_ops, .fds = fds, .nfds = n, .epfd = -1, .mask = mask}, cs, orig, own, 0};
   bool timed = false; /* the deadline is computed when first needed: a ready answer needs no clock */
   for (;;) {
     /* What the links know, then the kernel's instant answer for the rest. */

@@ -11,7 +11,8 @@
  *    bits the link does not own), the kernel for everything else, and if
  *    nothing is ready waits through the wait engine (wait.h: spin, nap,
  *    arm, sleep in slices of at most R2S_WAIT_SLICE_MS so a lost wake-up
- *    costs latency, never a hang).
+ *    costs latency, never a hang; an epoll wait whose links all wake it
+ *    for sure sleeps until its time-out instead, poke.h).
  *  - poll and select: poll_select.c. epoll: the registrations the shim
  *    keeps per epoll fd, the set's wake-up and the forget and fork
  *    handlers in epoll_shadow.c (epoll_shadow.h), the wait in

@@ -79,6 +79,13 @@ typedef struct r2s_transport_s {
   bool needs_ready;
   /* Blocked calls learn how long to poll from their waits (spin.h). */
   bool adaptive_spin;
+  /* Every wake-up a sleeper asks for (sleep_rx, sleep_tx) comes as a
+   * DOORBELL on the socket: the peer sees the sleeping word at its next
+   * put or get (shared memory: the two sides' words and indices are
+   * fenced against each other). A wait over such rings may sleep without
+   * a slice (wait.h). False where the announcement travels and a wake-up
+   * can be missed (RDMA): such sleeps keep their slice. */
+  bool wake_sure;
 
   /* How well this transport would serve a connection (conn: its
    * addresses), for the automatic choice (r2s__transport_choose): 0 when

@@ -2,6 +2,7 @@
 #include "wait.h"
 
 #include <errno.h>
+#include <stdint.h>
 
 #include "clock.h"
 #include "libc.h"
@@ -73,6 +74,15 @@ static int slice(const r2s_wait_t *w)
   if (left <= 0) return 0;
   left = (left + 999999) / 1000000;
   return left < cap ? (int)left : cap;
+}
+
+/* Milliseconds to the deadline, rounded up (at least 1: a sleep without
+ * a slice is chosen only while time is left); -1: none. */
+static int until_deadline(const r2s_wait_t *w)
+{
+  if (!w->deadline) return -1;
+  int64_t left = (w->deadline - r2s__now_ns() + 999999) / 1000000;
+  return left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
 typedef struct spin_fold_s {
@@ -162,14 +172,18 @@ int r2s__wait_round(r2s_wait_t *w)
     }
   }
   /* Still nothing: ask the peers for doorbells, re-check, sleep. */
+  w->unsliced = false;
   if (o->arm(w)) {
     o->unarm(w);
     return o->woke(w, R2S_WAIT_ARMED_READY, 0, ms);
   }
   if (o->to_kernel) o->to_kernel(w, false);
   R2S_STAT_INC(waits_sleep);
+  bool sliced = !w->unsliced || !ms;
+  if (!sliced) ms = until_deadline(w);
   int rc = kernel_sleep(w, ms);
-  if (rc == 0 && ms == R2S_WAIT_SLICE_MS) R2S_STAT_INC(waits_slice_expired);
+  if (rc == 0 && sliced && ms == R2S_WAIT_SLICE_MS) R2S_STAT_INC(waits_slice_expired);
+  if (!sliced) R2S_STAT_INC(waits_unsliced);
   o->unarm(w);
   return o->woke(w, R2S_WAIT_SLEPT, rc, ms);
 }

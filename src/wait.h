@@ -19,7 +19,10 @@
  *             wake-up costs latency, never a hang) and never past the
  *             deadline, on the caller's pollfds or epoll fd, with the
  *             caller's signal mask (NULL: none), by poll/ppoll or
- *             epoll_wait/epoll_pwait(2);
+ *             epoll_wait/epoll_pwait(2); until the deadline instead when
+ *             the source's arming found nothing that could be lost
+ *             (unsliced: every change of its links wakes the kernel's
+ *             wait, a doorbell or a poke, poke.h);
  *      unarm: after the sleep, or at once if arming found a link ready.
  *    The links learn from each wait (r2s__link_spin_learn) through the
  *    source's hooks, which know what answered; r2s__wait_waited says for
@@ -77,7 +80,8 @@ typedef struct r2s_wait_ops_s {
   void (*to_kernel)(r2s_wait_t *w, bool nap);
   /* After a nap (rc: the kernel's count or -errno), after arming found a
    * link ready (rc: 0), after the slice of ms (rc as a nap's; unarmed
-   * already): the round's answer (see the contract). */
+   * already; ms < 0: unsliced, with no deadline): the round's answer (see
+   * the contract). */
   int (*woke)(r2s_wait_t *w, r2s_wait_woke_t how, int rc, int ms);
 } r2s_wait_ops_t;
 
@@ -94,6 +98,9 @@ struct r2s_wait_s {
   int64_t deadline; /* r2s__now_ns(); 0: none */
   int64_t began;    /* when the wait began (0: not yet), for learning */
   int cap_ms;       /* the slice's cap this round (0: R2S_WAIT_SLICE_MS) */
+  /* Set by the source's arm(): this sleep needs no slice (see the
+   * contract); cleared by the engine after each round. */
+  bool unsliced;
   /* The caller polled the rings for their budget just before the first
    * round (r2s__link_spin_rx): that round does not poll again. */
   bool polled;

@@ -73,6 +73,7 @@ int lk_read_frame(r2s_link_t *l, int fd, r2s_frame_hdr_t *h)
   }
   l->rx_hdr_len = 0;
   l->rx_ctrl_len = 0;
+  lk_changed(l); /* a doorbell another wait asked for, perhaps */
   return h->type;
 }
 
@@ -290,6 +291,7 @@ static void read_ahead_premark(r2s_link_t *l, int fd)
       continue; /* it is a shim (PREMARK): now take the bytes */
     }
     r2s__readahead_commit(&l->rx_ahead, (size_t)n);
+    lk_changed(l);
   }
 }
 
@@ -328,6 +330,7 @@ void lk_read_control_locked(r2s_link_t *l, int fd, bool read_ahead)
         }
         r2s__readahead_commit(&l->rx_ahead, (size_t)n);
         l->rx_data_left -= (uint32_t)n;
+        lk_changed(l);
         continue;
       }
       r2s_frame_hdr_t h;

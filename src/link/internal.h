@@ -56,6 +56,7 @@
 #include "lockdebug.h"
 #include "options.h"
 #include "path.h"
+#include "poke.h"
 #include "readahead.h"
 #include "spin.h"
 #include "stats.h"
@@ -102,6 +103,11 @@ struct r2s_link_s {
   bool eof_probed;          /* a frame went out to test a peer that sent its FIN */
   int64_t alive_checked_at; /* atomic: r2s__now_ns() of the last check_peer_alive */
   uint32_t bells_read;      /* atomic: DOORBELL frames read, by any thread */
+  /* atomic: the waits armed on the link now, receiving [0] and sending
+   * [1] (r2s__link_arm to r2s__link_unarm): a thread that takes bytes off
+   * the socket or changes the link while one is armed may have taken its
+   * wake-up, and pokes (lk_changed, poke.h). */
+  int sleepers[2];
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
   bool peer_ready; /* READY received: the peer's end takes our writes */
@@ -189,19 +195,35 @@ static inline int FAILED(const r2s_link_t *l)
 
 /* The end of the stream from TCP; rx_lock held. Stored atomically for
  * look_ring, which reads it without the lock. */
+/* The link changed, or bytes left its socket, in a way a wait asleep in
+ * the kernel on it would not see: such a wait, if one is armed on the
+ * link, is woken to look again (poke.h). The wait this thread is arming
+ * (r2s__link_arm: lk_arming, counted lk_arming_n times) is not one: it
+ * looks after arming. */
+static inline void lk_changed(r2s_link_t *l)
+{
+  extern __thread const r2s_link_t *lk_arming;
+  extern __thread int lk_arming_n;
+  int n = __atomic_load_n(&l->sleepers[0], __ATOMIC_SEQ_CST) + __atomic_load_n(&l->sleepers[1], __ATOMIC_SEQ_CST);
+  r2s__poke_if(l == lk_arming ? n - lk_arming_n : n);
+}
+
 static inline void set_rx_eof(r2s_link_t *l)
 {
   __atomic_store_n(&l->rx_eof, true, __ATOMIC_RELEASE);
+  lk_changed(l);
 }
 
 static inline void set_rx(r2s_link_t *l, int s)
 {
   __atomic_store_n(&l->rx_state, s, __ATOMIC_RELEASE);
+  lk_changed(l);
 }
 
 static inline void set_tx(r2s_link_t *l, int s)
 {
   __atomic_store_n(&l->tx_state, s, __ATOMIC_RELEASE);
+  lk_changed(l);
 }
 
 /* Whether our send direction carries the shim's frames: only then may a

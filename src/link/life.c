@@ -33,6 +33,7 @@ void lk_settle_plain(r2s_link_t *l)
 void lk_fail(r2s_link_t *l, int err, const char *why)
 {
   if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) != 0) return;
+  lk_changed(l);
   R2S_STAT_INC(reset_protocol);
   r2s__warn(
       "connection reset: %s (%s; rx state %d, tx state %d, header %02x %02x %02x %02x %02x %02x %02x %02x, "
@@ -47,6 +48,7 @@ void lk_fail(r2s_link_t *l, int err, const char *why)
 void lk_fail_tx(r2s_link_t *l, int err, const char *why)
 {
   if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) != 0) return;
+  lk_changed(l);
   R2S_STAT_INC(reset_protocol);
   r2s__warn("connection reset: %s (%s; tx state %d)", why, strerror(-err), l->tx_state);
 }

@@ -271,23 +271,57 @@ int64_t r2s__link_nap_ns(r2s_link_t *l, short events, int64_t waited_ns)
   return r2s__spin_nap(&l->rx_spin, waited_ns);
 }
 
+__thread const r2s_link_t *lk_arming;
+__thread int lk_arming_n;
+
 short r2s__link_arm(r2s_link_t *l, int fd, short events)
 {
   short owned, rev = 0;
+  /* Counted first: a thread that takes our doorbell from now on pokes. */
+  int n = 0;
+  if (events & POLLIN) __atomic_add_fetch(&l->sleepers[0], 1, __ATOMIC_SEQ_CST), n++;
+  if (events & POLLOUT) __atomic_add_fetch(&l->sleepers[1], 1, __ATOMIC_SEQ_CST), n++;
   lk_pump_later(l); /* a doorbell may come: look at the socket again */
   if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
     TP(l)->sleep_rx(TPS(l), true);
   if ((events & POLLOUT) && lk_tx_in_ring(l)) TP(l)->sleep_tx(TPS(l), true);
   /* Re-check after the flags are visible: a producer that published before
    * seeing them will not ring, so its bytes must be found now. */
+  lk_arming = l, lk_arming_n = n;
   rev = link_poll(l, fd, events, &owned, true);
+  lk_arming = NULL;
   return (short)(rev & owned);
+}
+
+bool r2s__link_wakes_sure(r2s_link_t *l)
+{
+  if (r2s__link_may_read_ahead(l)) return false;
+  const r2s_transport_t *tp = TP(l);
+  return !tp || tp->wake_sure ||
+         (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING &&
+          __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_RING);
+}
+
+/* The peer's sleeping word of a direction is cleared by the last wait
+ * armed on it only: another thread's wait may still sleep on it. One that
+ * armed between our count reaching 0 and our clearing set the word before
+ * we cleared it, and may have missed bytes published meanwhile: the word
+ * is set again and the sleepers are poked (rare). */
+static void unarm_dir(r2s_link_t *l, int dir, void (*sleep)(r2s_tp_state_t *, bool), bool in_ring)
+{
+  if (__atomic_sub_fetch(&l->sleepers[dir], 1, __ATOMIC_SEQ_CST) != 0 || !in_ring) return;
+  sleep(TPS(l), false);
+  if (__atomic_load_n(&l->sleepers[dir], __ATOMIC_SEQ_CST) == 0) return;
+  sleep(TPS(l), true);
+  r2s__poke_if(1);
 }
 
 void r2s__link_unarm(r2s_link_t *l, short events)
 {
-  if ((events & POLLIN) && TPS(l) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
-    TP(l)->sleep_rx(TPS(l), false);
-  if ((events & POLLOUT) && TPS(l) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING)
-    TP(l)->sleep_tx(TPS(l), false);
+  if (events & POLLIN)
+    unarm_dir(l, 0, TPS(l) ? TP(l)->sleep_rx : NULL,
+              TPS(l) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING);
+  if (events & POLLOUT)
+    unarm_dir(l, 1, TPS(l) ? TP(l)->sleep_tx : NULL,
+              TPS(l) && __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING);
 }

@@ -673,6 +673,7 @@ static void shm_release(r2s_tp_state_t *st)
 const r2s_transport_t r2s__transport_shm = {
     .name = "shm",
     .path = R2S_PATH_SHM,
+    .wake_sure = true,
     .rank = shm_rank,
     .offer = shm_offer,
     .check = shm_check,

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""An epoll server whose connections wait idle, and a client, to check
+that a waiting server sleeps until something happens (tests/integration/
+epoll-idle.sh):
+
+  server --port P --conns N [--talker]
+      One thread, one epoll set: accepts N connections and answers each
+      16-byte request on them with a 16-byte response, as many as come;
+      exits once all N were accepted and have ended. With --talker, a
+      second thread writes TALK bytes (a seeded stream) on the first
+      connection, from its first response on, while the epoll thread goes
+      on reading that connection's requests: the talker's blocking sends
+      read the connection's frames off the socket (the doorbells the
+      sleeping epoll wait asked for among them). Those requests get one
+      response, after the talk, once they all came.
+  client --port P --conns N --ready FILE --go FILE [--talker]
+      Opens N connections, each sends a request and checks its response;
+      creates FILE (ready) and waits for GO (at most 60 s); then each
+      connection makes ROUNDS more requests and closes. With --talker it
+      reads (and checks) the server's TALK bytes and the one response on
+      the first connection, in a thread, while it sends TALK_ROUNDS
+      requests on it, 2 ms apart; the other connections' requests follow.
+
+Each end prints one line:
+    epoll_idle_peer server: OK conns=N requests=R talked=T
+    epoll_idle_peer client: OK conns=N requests=R heard=T
+"""
+import argparse
+import os
+import select
+import socket
+import sys
+import threading
+import time
+
+from peer_streams import expect_same, recv_exactly, stream
+
+REQ = b"ping" * 4
+RESP = b"pong" * 4
+ROUNDS = 3
+TALK = 32 << 20
+TALK_ROUNDS = 200
+
+
+def die(who, msg):
+    sys.exit(f"epoll_idle_peer {who}: {msg}")
+
+
+def server(a):
+    ls = socket.create_server(("127.0.0.1", a.port), backlog=1024)
+    ls.setblocking(False)
+    ep = select.epoll()
+    ep.register(ls.fileno(), select.EPOLLIN)
+    conns, pending = {}, {}
+    accepted = ended = requests = 0
+    talker = talker_sock = None
+    talker_reqs = 0
+    talked = [0]
+    deadline = time.monotonic() + 120
+    while accepted < a.conns or ended < accepted:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            die("server", f"timed out: accepted={accepted} ended={ended}")
+        for fd, ev in ep.poll(left):
+            if fd == ls.fileno():
+                while accepted < a.conns:
+                    try:
+                        s, _ = ls.accept()
+                    except BlockingIOError:
+                        break
+                    s.setblocking(False)
+                    conns[s.fileno()] = s
+                    pending[s.fileno()] = b""
+                    ep.register(s.fileno(), select.EPOLLIN)
+                    if a.talker and accepted == 0:
+                        talker_sock = s
+                    accepted += 1
+                continue
+            s = conns[fd]
+            try:
+                data = s.recv(4096)
+            except BlockingIOError:
+                continue
+            if not data:
+                ep.unregister(fd)
+                del conns[fd]
+                s.close()
+                ended += 1
+                continue
+            buf = pending[fd] + data
+            while len(buf) >= len(REQ):
+                if buf[:len(REQ)] != REQ:
+                    die("server", f"a request differs: {buf[:len(REQ)]!r}")
+                buf = buf[len(REQ):]
+                requests += 1
+                if talker and s is talker_sock:
+                    # Its way back carries the talk, then one response
+                    # once all its requests came.
+                    talker_reqs += 1
+                    if talker_reqs == TALK_ROUNDS:
+                        talker.join(120)
+                        if talker.is_alive():
+                            die("server", "the talker did not finish")
+                        s.setblocking(True)
+                        s.sendall(RESP)
+                        s.setblocking(False)
+                    continue
+                s.setblocking(True)
+                s.sendall(RESP)
+                s.setblocking(False)
+                if s is talker_sock:
+                    talker = threading.Thread(target=talk, args=(s, talked), daemon=True)
+                    talker.start()
+            pending[fd] = buf
+    print(f"epoll_idle_peer server: OK conns={accepted} requests={requests} talked={talked[0]}", flush=True)
+
+
+def talk(s, talked):
+    """Writes TALK bytes on s with blocking sends of its own (a dup, so
+    that the epoll thread's nonblocking mode is not this one's)."""
+    t = socket.socket(fileno=os.dup(s.fileno()))
+    t.setblocking(True)
+    data = stream(7, TALK)
+    for i in range(0, TALK, 1 << 16):
+        t.sendall(data[i:i + (1 << 16)])
+        talked[0] += min(1 << 16, TALK - i)
+    t.detach()
+
+
+def ask(s, who):
+    s.sendall(REQ)
+    expect_same(who, recv_exactly(s, len(RESP), who), RESP)
+
+
+def client(a):
+    who = "epoll_idle_peer client"
+    socks = []
+    for _ in range(a.conns):
+        s = socket.create_connection(("127.0.0.1", a.port))
+        ask(s, who)
+        socks.append(s)
+    requests = a.conns
+    with open(a.ready, "w"):
+        pass
+    deadline = time.monotonic() + 60
+    while not os.path.exists(a.go):
+        if time.monotonic() > deadline:
+            die("client", "no go after 60 s")
+        time.sleep(0.02)
+    heard = [0]
+    listener = None
+    if a.talker:
+        # The first connection's requests get one response, after the
+        # talk, once they all came: until then nothing else happens, so a
+        # server that missed one would wait for good.
+        listener = threading.Thread(target=hear, args=(socks[0], heard), daemon=True)
+        listener.start()
+        for _ in range(TALK_ROUNDS):
+            socks[0].sendall(REQ)
+            requests += 1
+            time.sleep(0.002)
+        listener.join(120)
+        if listener.is_alive():
+            die("client", f"no response after the talk: heard {heard[0]} of {TALK} bytes")
+    for s in socks[1:] if a.talker else socks:
+        for _ in range(ROUNDS):
+            ask(s, who)
+            requests += 1
+    for s in socks:
+        s.close()
+    print(f"epoll_idle_peer client: OK conns={a.conns} requests={requests} heard={heard[0]}", flush=True)
+
+
+def hear(s, heard):
+    """The server's TALK bytes, checked, then its one response."""
+    who = "epoll_idle_peer client"
+    want = stream(7, TALK)
+    got = recv_exactly(s, TALK, who)
+    expect_same("the talk", got, want)
+    heard[0] = len(got)
+    expect_same("the response after the talk", recv_exactly(s, len(RESP), who), RESP)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["server", "client"])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--conns", type=int, required=True)
+    p.add_argument("--ready")
+    p.add_argument("--go")
+    p.add_argument("--talker", action="store_true")
+    a = p.parse_args()
+    server(a) if a.role == "server" else client(a)
+
+
+if __name__ == "__main__":
+    main()
