@@ -8,7 +8,7 @@ need memcached memcslap
 r2s_python
 
 threads=4
-per_thread=5000   # memcslap --execute-number: operations per thread
+per_thread=1000   # memcslap --execute-number: operations per thread
 
 port=$(free_port)
 # -U 0: no UDP; -u root: memcached refuses to run as root otherwise.

@@ -37,9 +37,9 @@ for mode in write oob; do
   port=$(free_port)
   shim_at "$TMP/server-$i.stats"
   start_server "server-$i" "$port" "${SHIM_AT[@]}" R2SOCK_LOG=debug "$PY" "$PEER" server --port "$port" --mode "$mode" \
-    --record "$TMP/sent-$i"
+    --record "$TMP/sent-$i" --stuck "$TMP/stuck-$i"
   shim_at "$TMP/client-$i.stats"
-  run_to "$TMP/client-$i.out" 60 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --save "$TMP/got-$i"
+  run_to "$TMP/client-$i.out" 60 "${SHIM_AT[@]}" "$PY" "$PEER" client --port "$port" --save "$TMP/got-$i" --stuck "$TMP/stuck-$i"
   wait_server "server-$i" 30
   said=$(grep '^oob_full_peer server:' "$TMP/server-$i.log" || true)
   [[ $said =~ wrote=([0-9]+)\ oob_eagain=([0-9]+)\ after_writes=([0-9]+)/([0-9]+)$ ]] ||

@@ -2,7 +2,7 @@
 """A nonblocking send(MSG_OOB) while the sender's socket is full
 (tests/integration/oob-full.sh). Both ends shrink their socket buffers.
 
-server --port P --mode write|oob --record FILE
+server --port P --mode write|oob --record FILE --stuck FLAG
     Accepts one connection and, from before the client's request (so that
     its shim sends DATA frames and learns of the client's ring while the
     socket is full), writes chunks of a seeded stream without blocking until
@@ -17,15 +17,19 @@ server --port P --mode write|oob --record FILE
     took, in order, the urgent byte in its place. Prints:
       oob_full_peer server: wrote=N oob_eagain=K after_writes=A/W
     (K: urgent tries refused with EAGAIN; W: plain writes tried behind the
-    refused urgent byte, A: those of them that took bytes).
-client --port P --save FILE
+    refused urgent byte, A: those of them that took bytes). It creates
+    FLAG once the case is reached with the client reading nothing: the
+    urgent byte refused and, in mode `write`, a write behind it refused, in
+    mode `oob`, OOB_REFUSED tries of it refused.
+client --port P --save FILE --stuck FLAG
     Connects, sends its request after a pause, and reads nothing until
-    LATE seconds in (the server is stuck by then); then peeks at the first
+    FLAG exists (the server is stuck by then); then peeks at the first
     byte, sets SO_OOBINLINE (so that the urgent byte stays in the stream at
     its place), reads to the end of the stream into FILE and half-closes. Prints:
       oob_full_peer client: received=N
 """
 import argparse
+import os
 import select
 import socket
 import sys
@@ -37,11 +41,20 @@ TOTAL = 16 << 20
 BUF = 8192
 CHUNK = 100
 STUCK = 2.0
-LATE = 5.0
 MORE = 64 << 10
 AFTER_WRITES = 8
+# `oob`: refused tries before the client reads, each of which queued a PLAIN
+# frame before the fix: more than 32 of 16 bytes filled the shim's control
+# queue (512 bytes).
+OOB_REFUSED = 48
 DEADLINE = 30.0
 URGENT = b"!"
+
+
+def stuck_now(flag):
+    """Tells the client that it may read now (once)."""
+    if not os.path.exists(flag):
+        open(flag, "w").close()
 
 
 def server(a, data):
@@ -90,16 +103,21 @@ def server(a, data):
         eagain += 1
         # `write`: plain writes behind the refused urgent byte, until
         # AFTER_WRITES of them took bytes (the socket drains once the
-        # client reads).
+        # client reads, which it does once one of them was refused).
         while a.mode == "write" and took < AFTER_WRITES:
             if time.monotonic() > end:
                 sys.exit(f"oob_full_peer server: {took} writes took bytes in {DEADLINE:.0f} s")
             select.select([], [s], [], 0.05)
             tries += 1
             took += write() > 0
+            if tries > took:
+                stuck_now(a.stuck)
         while not urgent():
             eagain += 1
+            if a.mode == "write" or eagain >= OOB_REFUSED:
+                stuck_now(a.stuck)
             select.select([], [s], [], 0.05)
+    stuck_now(a.stuck)
     s.setblocking(True)
     s.settimeout(DEADLINE)
     s.sendall(data[pos : pos + MORE])
@@ -123,7 +141,11 @@ def client(a):
     began = time.monotonic()
     time.sleep(1.0)  # the server's socket is full of frames by now
     s.sendall(b"GET")
-    time.sleep(max(0.0, LATE - (time.monotonic() - began)))
+    end = began + DEADLINE
+    while not os.path.exists(a.stuck):
+        if time.monotonic() > end:
+            sys.exit(f"oob_full_peer client: the server was not stuck within {DEADLINE:.0f} s")
+        time.sleep(0.01)
     # A peek first: it makes our shim read the server's switch mark (if its
     # request did not), which SO_OOBINLINE would put into the stream.
     s.settimeout(DEADLINE)
@@ -145,6 +167,7 @@ def main():
     ap.add_argument("--mode", choices=["write", "oob"], default="write")
     ap.add_argument("--record")
     ap.add_argument("--save")
+    ap.add_argument("--stuck", required=True)
     a = ap.parse_args()
     if a.role == "server":
         server(a, stream(17, TOTAL))

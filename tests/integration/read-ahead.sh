@@ -13,7 +13,8 @@
 #           all went as TCP frames.
 #   beyond: a 256 KiB greeting, more than the buffer holds: the client's
 #           shim cannot reach the handshake and goes on with TCP frames;
-#           only the bytes, in order, are asserted.
+#           only the bytes, in order, are asserted, so 32 MiB: four times
+#           the largest ring, many times the socket buffers.
 #   peek-past: a 96 KiB greeting that the client peeks whole before it
 #           sends (its shim's sender then reads 64 KiB of it ahead, the
 #           rest stays in the socket), then reads with one read of the
@@ -31,7 +32,7 @@ N=$((128 << 20))
 client_opts=()
 case $mode in
   within) G=$((16 << 10)) ;;
-  beyond) G=$((256 << 10)) ;;
+  beyond) G=$((256 << 10)) N=$((32 << 20)) ;;
   peek-past) G=$((96 << 10)) N=$((8 << 20)) client_opts=(--peek-first) ;;
   *) fail "unknown mode '$mode'" ;;
 esac

@@ -18,7 +18,9 @@ source "$(dirname "$0")/mixed-lib.sh"
 r2s_python
 
 PEER=$(dirname "$0")/read_edges_peer.py
-N=$((64 << 20)) T=4096
+# N: four times the largest ring, so that the bytes before the switch are
+# a small prefix and the tail comes out of the ring.
+N=$((32 << 20)) T=4096
 SHIM=()
 shm_snapshot
 for i in 1 2; do

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """CPython's own socket tests, plain and under the shim (ctest label "peers").
 
-    run-peers.py --lib LIBR2SOCK --mode default|now [--log-dir DIR]
-                 [--timeout SECS] [--budget SECS] [--jobs N] [MODULE...]
+    run-peers.py --lib LIBR2SOCK --mode plain|default|now [--log-dir DIR]
+                 [--plain-dir DIR] [--timeout SECS] [--budget SECS]
+                 [--jobs N] [MODULE...]
 
 Debian's copy of CPython's test suite (package libpython3.11-testsuite)
 exercises sockets, selectors, asyncio and the protocol libraries, with both
@@ -40,6 +41,12 @@ saw and put on shared memory), the tests that fail plain too, notes (the
 failures not reproduced alone, tests skipped under the shim only...), the
 shim-only failures with the last lines of their output, and a last line
 "peers MODE: PASS|FAIL: ...". Every run's output stays in --log-dir.
+
+The plain runs do not depend on the mode: --mode plain runs only them and
+keeps each module's in --plain-dir (ctest's peers.plain, a fixture of the
+other two); --mode default|now with --plain-dir takes a module's plain run
+from there when it finished within its bounds, and runs it itself when
+not.
 Exit status: 0 nothing ours; 1 a shim-only failure, the library not
 loaded, no connection seen by the shim over all of MODULES, or the budget
 spent; 77 the test suite (or /usr/bin/python3) is not installed.
@@ -48,6 +55,7 @@ spent; 77 the test suite (or /usr/bin/python3) is not installed.
 import argparse
 import concurrent.futures
 import itertools
+import json
 import os
 import re
 import shutil
@@ -61,13 +69,16 @@ import uuid
 
 PYTHON = "/usr/bin/python3"  # not `python3` on PATH (a pyenv shim, say)
 
+# The longest-running first: with four at a time, a long module started
+# late is the whole run's tail. A mode with the plain runs kept orders the
+# modules by those runs' times.
 MODULES = """
-test_socket test_selectors test_asyncio.test_sock_lowlevel
-test_asyncio.test_streams test_asyncio.test_events test_asyncio.test_sendfile
-test_httplib test_poplib test_smtplib test_xmlrpc test_logging test_epoll
-test_poll test_select test_ftplib test_ssl test_asyncore test_asynchat
-test_socketserver test_httpservers test_urllib2_localnet test_imaplib
-test_wsgiref test_docxmlrpc test_telnetlib
+test_ssl test_imaplib test_xmlrpc test_socket test_logging test_selectors
+test_ftplib test_poll test_asyncio.test_events test_poplib
+test_asyncio.test_sock_lowlevel test_asyncio.test_streams
+test_asyncio.test_sendfile test_httplib test_smtplib test_epoll test_select
+test_asyncore test_asynchat test_socketserver test_httpservers
+test_urllib2_localnet test_wsgiref test_docxmlrpc test_telnetlib
 """.split()
 
 # Tests that cannot run on some hosts whatever the shim does; skipped in
@@ -118,6 +129,8 @@ class Run:
     """One regrtest run: how it ended and each test's outcome."""
 
     def __init__(self, label, rc, secs, timed_out, cut, text, log, stats):
+        self.saved = dict(label=label, rc=rc, secs=secs, timed_out=timed_out, cut=cut,
+                          text=text, log=log, stats=stats)
         self.label, self.rc, self.secs, self.log = label, rc, secs, log
         self.cut = cut and timed_out  # stopped by the time budget, not its own bound
         self.text = text
@@ -315,10 +328,39 @@ class Runner:
                 return "plain", p
         return "unreproduced", s
 
+    def each_module(self, one):
+        """one(module) for each module, --jobs at a time: their results;
+        whatever the runs left behind is killed and removed afterwards."""
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=self.args.jobs) as pool:
+                return list(pool.map(one, self.args.modules))
+        finally:
+            sweep(self.tag, prefix=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def plain_file(self, module):
+        return os.path.join(self.args.plain_dir, module + ".json") if self.args.plain_dir else None
+
+    def keep_plain(self, module, run):
+        """Writes MODULE's plain run to --plain-dir (whole, then renamed)."""
+        path = self.plain_file(module)
+        with open(path + ".tmp", "w") as f:
+            json.dump(run.saved, f)
+        os.replace(path + ".tmp", path)
+
+    def kept_plain(self, module):
+        """MODULE's plain run from --plain-dir, if one finished there."""
+        path = self.plain_file(module)
+        if not path or not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            run = Run(**json.load(f))
+        return None if run.cut else run
+
     def module(self, module):
         """Runs MODULE plain and under the shim: a dict for the report."""
         r = {"module": module, "ours": [], "plain_too": [], "notes": [], "cut": False}
-        plain = self.run(module, False, self.args.timeout)
+        plain = self.kept_plain(module) or self.run(module, False, self.args.timeout)
         limit = min(self.args.timeout, max(SHIM_MIN_TIMEOUT, SHIM_FACTOR * plain.secs))
         shim = self.run(module, True, limit)
         r.update(plain=plain, shim=shim)
@@ -491,11 +533,37 @@ def report(mode, results, unrun, budget, total_secs):
     return 1 if verdict == "FAIL" else 0
 
 
+def plain_only(runner, tests, start):
+    """--mode plain: each module's plain run, kept for the other modes.
+    Fails only when it cannot run at all: a run cut by the budget is not
+    kept, and the mode that needs it runs it itself."""
+    args = runner.args
+    say(f"peers plain: {PYTHON} -m test (from {tests}), kept in {args.plain_dir}; logs in {args.log_dir}")
+
+    def one(module):
+        if runner.deadline and runner.deadline - time.monotonic() < 30:
+            return False
+        p = runner.run(module, False, args.timeout)
+        if p.cut:
+            return False
+        runner.keep_plain(module, p)
+        say(f"[{time.monotonic() - start:5.0f} s] {module}: plain {p.ran} tests {p.status} {p.secs:.1f} s")
+        return True
+
+    kept = runner.each_module(one)
+    unkept = [m for m, k in zip(args.modules, kept) if not k]
+    say(f"\npeers plain: PASS: {kept.count(True)} modules run and kept, {time.monotonic() - start:.0f} s"
+        + (f"; the budget was spent before the end of (run by each mode itself): {' '.join(unkept)}"
+           if unkept else ""))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", required=True, help="libr2sock.so")
-    ap.add_argument("--mode", required=True, choices=("default", "now"))
+    ap.add_argument("--mode", required=True, choices=("plain", "default", "now"))
     ap.add_argument("--log-dir", help="where each run's output stays (default: a temp dir)")
+    ap.add_argument("--plain-dir", help="where the plain runs are kept (--mode plain) or taken from")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per module run")
     ap.add_argument("--budget", type=int, help="seconds for everything (below ctest's TIMEOUT)")
     ap.add_argument("--jobs", type=int, default=4, help="modules at a time (they mostly sleep)")
@@ -519,7 +587,13 @@ def main():
         say(f"FAIL: the library {args.lib} does not exist")
         return 1
 
+    if args.mode == "plain" and not args.plain_dir:
+        say("run-peers.py: --mode plain needs --plain-dir")
+        return 2
     runner = Runner(args)
+    if args.mode == "plain":
+        shutil.rmtree(args.plain_dir, ignore_errors=True)
+        os.makedirs(args.plain_dir)
     if args.log_dir:
         shutil.rmtree(args.log_dir, ignore_errors=True)
         os.makedirs(args.log_dir)
@@ -539,10 +613,18 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
+    start = time.monotonic()
+    if args.mode == "plain":
+        return plain_only(runner, tests, start)
     say(f"peers {args.mode}: {PYTHON} -m test (from {tests}) plain and with "
         f"LD_PRELOAD={runner.preload}" + (" R2SOCK_UPGRADE=now" if args.mode == "now" else "")
-        + f"; logs in {args.log_dir}")
-    start = time.monotonic()
+        + f"; logs in {args.log_dir}"
+        + (f"; plain runs from {args.plain_dir} where kept" if args.plain_dir else ""))
+    def plain_secs(module):
+        kept = runner.kept_plain(module)
+        return kept.secs if kept else float("inf")   # to run plain as well
+    args.modules = sorted(args.modules, key=plain_secs, reverse=True)
+
     def one(module):
         if runner.deadline and runner.deadline - time.monotonic() < 30:
             return None   # the budget is spent: reported as not run
@@ -555,12 +637,7 @@ def main():
             f"{len(r['ours'])} shim-only failure(s)")
         return r
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            done = list(pool.map(one, args.modules))
-    finally:
-        sweep(runner.tag, prefix=True)
-        shutil.rmtree(runner.tmp, ignore_errors=True)
+    done = runner.each_module(one)
     results = [r for r in done if r and not r["cut"]]
     unrun = [m for m, r in zip(args.modules, done) if not r or r["cut"]]
     return report(args.mode, results, unrun, args.budget, time.monotonic() - start)
