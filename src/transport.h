@@ -183,6 +183,21 @@ typedef struct r2s_transport_s {
   void (*release)(r2s_tp_state_t *st);
 } r2s_transport_t;
 
+/* One of at most max slots counted by *live (a process's wide rings):
+ * true if taken; r2s__tp_slot_give hands it back. Lock-free: a take that
+ * overshoots gives its count back at once. */
+static inline bool r2s__tp_slot_take(unsigned *live, unsigned max)
+{
+  if (__atomic_add_fetch(live, 1, __ATOMIC_RELAXED) <= max) return true;
+  __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
+  return false;
+}
+
+static inline void r2s__tp_slot_give(unsigned *live)
+{
+  __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
+}
+
 extern const r2s_transport_t r2s__transport_shm;
 extern const r2s_transport_t r2s__transport_rdma;
 

@@ -39,7 +39,7 @@ static unsigned wide_live; /* connections holding a wide ring */
 
 void rd_free_state(r2s_tp_state_t *st)
 {
-  if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
+  if (st->wide) r2s__tp_slot_give(&wide_live);
   int fd = rd_own_fd(st);
   if (fd >= 0) r2s__libc.close(fd);
   free(st->own_mem);
@@ -86,12 +86,8 @@ static uint64_t offer_size(bool unlimited, bool *wide)
 {
   *wide = false;
   if (r2s__opt.ring_size || !unlimited) return r2s__ring_size(true);
-  if (__atomic_add_fetch(&wide_live, 1, __ATOMIC_RELAXED) <= R2S_RDMA_WIDE_CONNS) {
-    *wide = true;
-    return R2S_RDMA_RING_WIDE;
-  }
-  __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
-  return r2s__ring_size(true);
+  *wide = r2s__tp_slot_take(&wide_live, R2S_RDMA_WIDE_CONNS);
+  return *wide ? R2S_RDMA_RING_WIDE : r2s__ring_size(true);
 }
 
 int rd_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)

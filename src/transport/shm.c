@@ -136,13 +136,10 @@ static uint64_t offer_size(int fd, bool *wide)
       fstatvfs(fd, &vfs) != 0 ||
       (uint64_t)vfs.f_bavail * vfs.f_frsize < SHM_WIDE_ROOM * SHM_RING_WIDE)
     return r2s__ring_size(false);
-  if (__atomic_add_fetch(&wide_live, 1, __ATOMIC_RELAXED) <= SHM_WIDE_CONNS) {
-    *wide = true;
-    R2S_STAT_INC(rings_wide);
-    return SHM_RING_WIDE;
-  }
-  __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
-  return r2s__ring_size(false);
+  if (!r2s__tp_slot_take(&wide_live, SHM_WIDE_CONNS)) return r2s__ring_size(false);
+  *wide = true;
+  R2S_STAT_INC(rings_wide);
+  return SHM_RING_WIDE;
 }
 
 static int random_name(char *out)
@@ -239,7 +236,7 @@ static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_con
 err_unmap:
   unmap(&st->own_mem, st->own_len);
   shm_unlink(st->name);
-  if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
+  if (st->wide) r2s__tp_slot_give(&wide_live);
 err_free:
   free(st);
   return rc;
@@ -666,7 +663,7 @@ static void shm_release(r2s_tp_state_t *st)
   r2s__shm_fd_unlisten(st->fetch_fd, st->fetch_ino);
   unmap(&st->own_mem, st->own_len);
   unmap(&st->peer_mem, st->peer_len);
-  if (st->wide) __atomic_sub_fetch(&wide_live, 1, __ATOMIC_RELAXED);
+  if (st->wide) r2s__tp_slot_give(&wide_live);
   free(st);
 }
 
