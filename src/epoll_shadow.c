@@ -95,7 +95,7 @@ r2s_ep_reg_t *r2s__epoll_reg(int epfd, bool create)
 static void wake_close(r2s_ep_reg_t *r)
 {
   r2s_ep_wake_t *w = &r->wake;
-  r->poke = 0; /* registered under the old key: registered again under the next */
+  r->poke = 0; /* looked at again by the next wait (r2s__epoll_join_poke) */
   /* A number the application took back (closefrom, then a file of its
    * own) is no longer ours: forgotten, never closed. */
   if (w->rd >= 0 && r2s__still_sock(w->rd, w->rd_ino)) r2s__libc.close(w->rd);
@@ -116,9 +116,12 @@ static bool wake_ready(r2s_ep_reg_t *r, int epfd)
   int wr = r2s__keep_fd(sv[1], &w->wr_ino), rd = r2s__keep_fd(sv[0], &w->rd_ino);
   r2s__libc.close(sv[0]);
   r2s__libc.close(sv[1]);
-  uint64_t key;
-  if (getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key)
+  /* The key outlives a wake-up made anew: the poke stays registered
+   * under it (r2s__epoll_join_poke). */
+  uint64_t key = w->key;
+  if (!key && getrandom(&key, sizeof key, GRND_NONBLOCK) != (ssize_t)sizeof key)
     key = (uint64_t)r2s__now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)r;
+  if (!key) key = 1; /* 0 means none yet */
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = key};
   if (rd < 0 || wr < 0 || r2s__libc.epoll_ctl(epfd, EPOLL_CTL_ADD, rd, &ev) < 0) {
     if (rd >= 0) r2s__libc.close(rd);
@@ -150,9 +153,9 @@ bool r2s__epoll_join_poke(r2s_ep_reg_t *r, int epfd)
 
 bool r2s__epoll_is_wake(r2s_ep_reg_t *r, const struct epoll_event *ev)
 {
-  if (r->wake.rd < 0 || ev->data.u64 != r->wake.key) return false;
+  if (!r->wake.key || ev->data.u64 != r->wake.key) return false;
   char buf[64];
-  if (r2s__still_sock(r->wake.rd, r->wake.rd_ino))
+  if (r->wake.rd >= 0 && r2s__still_sock(r->wake.rd, r->wake.rd_ino))
     while (r2s__libc.recv(r->wake.rd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
     }
   return true;
