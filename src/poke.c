@@ -2,7 +2,6 @@
 #include "poke.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -22,42 +21,45 @@ typedef struct poke_sock_s {
 } poke_sock_t;
 
 static poke_sock_t *sock;
-static pthread_mutex_t make_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool sock_ok(const poke_sock_t *s)
 {
   return s && r2s__still_sock(s->rd, s->rd_ino) && r2s__still_sock(s->wr, s->wr_ino);
 }
 
-/* The socket, made on first use (or anew); NULL if it cannot be had. */
+static poke_sock_t *sock_make(void)
+{
+  int sv[2];
+  poke_sock_t *n = malloc(sizeof *n);
+  if (!n) return NULL;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0) {
+    /* Kept at numbers of the shim's (libc.h); the originals go. */
+    n->rd = r2s__keep_fd(sv[0], &n->rd_ino);
+    n->wr = r2s__keep_fd(sv[1], &n->wr_ino);
+    r2s__libc.close(sv[0]);
+    r2s__libc.close(sv[1]);
+    if (n->rd >= 0 && n->wr >= 0) return n;
+    if (n->rd >= 0) r2s__libc.close(n->rd);
+    if (n->wr >= 0) r2s__libc.close(n->wr);
+  }
+  free(n);
+  return NULL;
+}
+
+/* The socket, made on first use (or anew); NULL if it cannot be had. No
+ * lock (a fork() could leave one held): of two threads that make one at
+ * once, the first to publish wins and the other closes its own. */
 static poke_sock_t *sock_ready(void)
 {
   poke_sock_t *s = __atomic_load_n(&sock, __ATOMIC_ACQUIRE);
   if (sock_ok(s)) return s;
-  pthread_mutex_lock(&make_lock);
-  s = __atomic_load_n(&sock, __ATOMIC_ACQUIRE);
-  if (!sock_ok(s)) {
-    s = NULL;
-    int sv[2];
-    poke_sock_t *n = malloc(sizeof *n);
-    if (n && socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0) {
-      /* Kept at numbers of the shim's (libc.h); the originals go. */
-      n->rd = r2s__keep_fd(sv[0], &n->rd_ino);
-      n->wr = r2s__keep_fd(sv[1], &n->wr_ino);
-      r2s__libc.close(sv[0]);
-      r2s__libc.close(sv[1]);
-      if (n->rd >= 0 && n->wr >= 0) {
-        s = n;
-        __atomic_store_n(&sock, s, __ATOMIC_RELEASE);
-      } else {
-        if (n->rd >= 0) r2s__libc.close(n->rd);
-        if (n->wr >= 0) r2s__libc.close(n->wr);
-      }
-    }
-    if (!s) free(n);
-  }
-  pthread_mutex_unlock(&make_lock);
-  return s;
+  poke_sock_t *n = sock_make();
+  if (!n) return NULL;
+  if (__atomic_compare_exchange_n(&sock, &s, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return n;
+  r2s__libc.close(n->rd);
+  r2s__libc.close(n->wr);
+  free(n);
+  return sock_ok(s) ? s : NULL;
 }
 
 bool r2s__poke_join(int epfd, uint64_t key, uint64_t *joined)

@@ -29,7 +29,8 @@
  *    (r2s__poke_if), so a process whose epoll waits all sleep in slices,
  *    or that has none, pays one atomic load per link change.
  *  - r2s__poke never blocks and takes no lock: it is called under links'
- *    locks. Async-signal-safe except for the lazy creation (done by join).
+ *    locks. Nothing here takes a lock (the socket is published by an
+ *    atomic exchange), so a fork() at any point leaves nothing held.
  *  - After fork the child keeps the parent's socket (shared: a poke by
  *    either wakes both, harmless).
  */
