@@ -232,7 +232,10 @@ static int reason(const r2s_link_t *l)
   if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
   if (FAILED(l)) return R2S_REASON_FAILED;
   if (l->tcp_reason) return l->tcp_reason;
-  if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE)) return R2S_REASON_NO_PEER_YET;
+  /* A hello seen where it stood (by a read, or the close) says as much as
+   * a probe's. */
+  if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && !__atomic_load_n(&l->peer_hello, __ATOMIC_RELAXED))
+    return R2S_REASON_NO_PEER_YET;
   /* Read without the locks: a close may classify while another thread
    * still sends (the counters are stored atomically for this). */
   uint64_t moved = __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) +
