@@ -113,11 +113,13 @@ static void unarm(r2s_wait_t *w)
 
 /* The kernel side of the wait: doorbells and end of stream arrive on the
  * TCP socket, and a nap waits for those only. A reader waits for bytes as
- * the kernel's read does, never for a lone urgent byte (POLLPRI): the
- * peer's hello is taken with the bytes behind it, a switch mark is
- * followed by its HANDSHAKE, and a plain peer's urgent byte alone does not
- * wake a read on TCP either. A server's hello sent just before its
- * response would otherwise wake its client once for each. A writer whose
+ * the kernel's read does, and for the peer's lone hello (POLLPRI) only
+ * where a switch could follow it now (r2s__link_wants_lone_marks): an
+ * idle reader under `now` answers it at once, so that its peer can move
+ * into a ring before the reader's application next calls. Elsewhere the
+ * hello is taken with the bytes behind it: a short connection's server
+ * sends its hello just before its response, and its client wakes once, as
+ * on TCP, not once for each. A writer whose
  * bytes go over TCP waits for the kernel's POLLOUT only: bytes to read are
  * not for it, and the peer's (its hello, a DATA frame its application has
  * not read) kept the socket readable, so each of its sleeps returned at
@@ -133,7 +135,9 @@ static void to_kernel(r2s_wait_t *w, bool nap)
   }
   short events = s->events;
   bool tx_ring = (events & POLLOUT) && r2s__link_in_rings(s->l, POLLOUT);
-  short in = (events & POLLIN) || tx_ring ? POLLIN : 0;
+  short in = (events & POLLIN) ? (short)(POLLIN | (r2s__link_wants_lone_marks(s->l) ? POLLPRI : 0))
+             : tx_ring         ? POLLIN
+                               : 0;
   s->p.events = (short)(in | POLLRDHUP);
   if ((events & POLLOUT) && !tx_ring) s->p.events |= POLLOUT;
   r2s__conn_count_wait(s->c);

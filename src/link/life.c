@@ -268,6 +268,17 @@ int r2s__link_rx_state(const r2s_link_t *l)
   return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
 }
 
+bool r2s__link_wants_lone_marks(const r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_PROBE) return false;
+  /* The policy is fixed before the link is shared; the counts are stored
+   * atomically for readers without the locks (reason()). */
+  if (l->policy.upgrade.mode == R2S_UPGRADE_NOW) return true;
+  if (l->policy.upgrade.mode == R2S_UPGRADE_NEVER) return false;
+  return __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) + __atomic_load_n(&l->rx_consumed, __ATOMIC_RELAXED) >=
+         l->policy.upgrade.after_bytes;
+}
+
 uint32_t r2s__link_bells_read(const r2s_link_t *l)
 {
   return __atomic_load_n(&l->bells_read, __ATOMIC_RELAXED);

@@ -14,13 +14,18 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
 {
   struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
   ssize_t n = r2s__libc.recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT);
-  /* Nothing to read: a mark may stand at the reader with nothing behind
-   * it yet, but nothing waits on it. The peer's hello is taken with the
-   * bytes that follow it (or by the close), its switch mark with the
-   * HANDSHAKE behind it, and a plain peer's lone urgent byte leaves a
-   * read on TCP waiting too. A sender that looks for the switch mark
-   * alone does so itself (lk_read_control_locked). */
-  if (n < 0) return -errno;
+  if (n < 0) {
+    n = -errno;
+    /* Nothing to read: a mark may stand at the reader with nothing behind
+     * it yet. It is news only where a switch could follow the peer's
+     * hello now (r2s__link_wants_lone_marks: the reader's wait watches
+     * POLLPRI then, and must find the mark). Elsewhere the hello is taken
+     * with the bytes that follow it (or by the close), a switch mark with
+     * the HANDSHAKE behind it, and a plain peer's lone urgent byte leaves
+     * a read on TCP waiting too; a sender that looks for the switch mark
+     * alone does so itself (lk_read_control_locked). */
+    if (n != -EAGAIN || !r2s__link_wants_lone_marks(l)) return n;
+  }
   int urg = -EINVAL, mark;
   if (l->rx_state == R2S_RX_PROBE && n > 0) {
     /* Bytes at the reader, and the peer not known yet: first whether any
@@ -32,9 +37,10 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
     urg = lk_urgent_peek(fd);
     mark = urg == -EINVAL ? 0 : lk_mark_here(fd, &urg);
   } else {
-    /* The end of the stream, or the peer known: only a mark at the
-     * reader matters. One ahead of it has bytes in front, which the peek
-     * returned, and its byte is seen once the reader gets there. */
+    /* Nothing to read, the end of the stream, or the peer known: only a
+     * mark at the reader matters. One ahead of it has bytes in front,
+     * which the peek returned, and its byte is seen once the reader gets
+     * there. */
     mark = lk_mark_here(fd, &urg);
   }
   if (mark < 0) return mark;
