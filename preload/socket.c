@@ -47,6 +47,7 @@ R2S_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
     }
     if (c) {
       r2s__conn_set_role(c, R2S_ROLE_CLIENT);
+      r2s__conn_note_peer(c, addr.__sockaddr__, len);
       if (rc == 0)
         r2s__conn_established(c, fd);
       else
@@ -58,7 +59,8 @@ R2S_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
   return rc;
 }
 
-static void accepted(r2s_conn_t *listener, int fd, int flags)
+/* peer, plen: the peer's address as accept() returned it (plen 0: none). */
+static void accepted(r2s_conn_t *listener, int fd, int flags, const struct sockaddr *peer, socklen_t plen)
 {
   int saved = errno;
   int domain = listener ? listener->domain : -1;
@@ -67,9 +69,12 @@ static void accepted(r2s_conn_t *listener, int fd, int flags)
     if (c) {
       /* Accepted sockets inherit the listener's SO_OOBINLINE and
        * SO_SNDBUF, as the kernel's do. */
-      if (listener)
+      if (listener) {
         r2s__conn_set_flag(c, r2s__conn_flags(listener) & (R2S_CONN_APP_OOB | R2S_CONN_OOBINLINE | R2S_CONN_SNDBUF),
                            true);
+        r2s__conn_note_accepted(c, listener);
+      }
+      if (plen) r2s__conn_note_peer(c, peer, plen);
       r2s__conn_established(c, fd);
       r2s__conn_put(c);
     }
@@ -77,11 +82,39 @@ static void accepted(r2s_conn_t *listener, int fd, int flags)
   errno = saved;
 }
 
+/* The peer's address comes with accept() at no cost: into the
+ * application's buffer, or, where it passed none, into ours (the kernel
+ * writes nothing the application can see there). Set up by accept_addr,
+ * read back by accept_peer: the application's, only if it held the whole
+ * address. */
+typedef struct {
+  struct sockaddr_storage own;
+  socklen_t own_len, cap;
+  struct sockaddr *addr;
+  socklen_t *len;
+} accept_addr_t;
+
+static void accept_addr(accept_addr_t *a, struct sockaddr *addr, socklen_t *len)
+{
+  a->own_len = sizeof a->own;
+  a->cap = addr && len ? *len : 0;
+  a->addr = addr ? addr : (struct sockaddr *)&a->own;
+  a->len = addr ? len : &a->own_len;
+}
+
+static socklen_t accept_peer(const accept_addr_t *a)
+{
+  if (a->addr == (const struct sockaddr *)&a->own) return a->own_len;
+  return a->len && *a->len <= a->cap ? *a->len : 0;
+}
+
 R2S_EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
   r2s_conn_t *l = wrap_lookup(fd);
-  int nfd = r2s__libc.accept(fd, addr.__sockaddr__, len);
-  if (nfd >= 0) accepted(l, nfd, 0);
+  accept_addr_t a;
+  accept_addr(&a, addr.__sockaddr__, len);
+  int nfd = r2s__libc.accept(fd, a.addr, a.len);
+  if (nfd >= 0) accepted(l, nfd, 0, a.addr, accept_peer(&a));
   if (l) wrap_put(l);
   return nfd;
 }
@@ -89,8 +122,10 @@ R2S_EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 R2S_EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 {
   r2s_conn_t *l = wrap_lookup(fd);
-  int nfd = r2s__libc.accept4(fd, addr.__sockaddr__, len, flags);
-  if (nfd >= 0) accepted(l, nfd, flags);
+  accept_addr_t a;
+  accept_addr(&a, addr.__sockaddr__, len);
+  int nfd = r2s__libc.accept4(fd, a.addr, a.len, flags);
+  if (nfd >= 0) accepted(l, nfd, flags, a.addr, accept_peer(&a));
   if (l) wrap_put(l);
   return nfd;
 }
@@ -125,7 +160,10 @@ void wrap_slow_checks(r2s_conn_t *c, int fd, int flags)
   if (r2s__conn_flags(c) & R2S_CONN_CONNECTING) {
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;
-    if (r2s__libc.getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) r2s__conn_established(c, fd);
+    if (r2s__libc.getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) {
+      r2s__conn_note_peer(c, (struct sockaddr *)&peer, plen);
+      r2s__conn_established(c, fd);
+    }
   }
   if (flags & MSG_OOB) r2s__conn_app_oob(c, fd);
   errno = saved;

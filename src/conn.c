@@ -233,13 +233,81 @@ void r2s__conn_connecting(r2s_conn_t *c)
 }
 
 /* Addresses are for the log line and the stats segment, so they are
- * fetched (two syscalls per connection) only when one of them is on. */
+ * fetched only when one of them is on, and only those that the
+ * application's own connect() or accept() did not already give
+ * (r2s__conn_note_peer, r2s__conn_note_accepted). */
 static void fill_addresses(r2s_conn_t *c, int fd)
 {
   socklen_t len = sizeof c->local;
-  if (r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &len) < 0) c->local.ss_family = 0;
+  if (!(c->addrs_known & R2S_ADDR_LOCAL) && r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &len) < 0)
+    c->local.ss_family = 0;
   len = sizeof c->peer;
-  if (r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &len) < 0) c->peer.ss_family = 0;
+  if (!(c->addrs_known & R2S_ADDR_PEER) && r2s__libc.getpeername(fd, (struct sockaddr *)&c->peer, &len) < 0)
+    c->peer.ss_family = 0;
+}
+
+/* An address of the connection's family, whole, that the kernel would
+ * report as it is: not the unspecified one, which Linux connects to
+ * loopback and then names so. */
+static bool usable_addr(const r2s_conn_t *c, const struct sockaddr *a, socklen_t len)
+{
+  if (!a || a->sa_family != c->domain) return false;
+  if (a->sa_family == AF_INET)
+    return len >= sizeof(struct sockaddr_in) && ((const struct sockaddr_in *)a)->sin_addr.s_addr != htonl(INADDR_ANY);
+  if (a->sa_family == AF_INET6) {
+    const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return len >= sizeof(struct sockaddr_in6) && !IN6_IS_ADDR_UNSPECIFIED(v6) &&
+           !(IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr32[3] == htonl(INADDR_ANY));
+  }
+  return false;
+}
+
+void r2s__conn_note_peer(r2s_conn_t *c, const struct sockaddr *a, socklen_t len)
+{
+  if (!usable_addr(c, a, len)) return;
+  memset(&c->peer, 0, sizeof c->peer);
+  memcpy(&c->peer, a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+  c->addrs_known |= R2S_ADDR_PEER;
+}
+
+static unsigned port_of(const struct sockaddr_storage *a);
+
+void r2s__conn_note_accepted(r2s_conn_t *c, const r2s_conn_t *l)
+{
+  if (!l->listen_exact) return;
+  c->own_port = (uint16_t)port_of(&l->local);
+  if (usable_addr(c, (const struct sockaddr *)&l->local, sizeof l->local)) {
+    c->local = l->local;
+    c->addrs_known |= R2S_ADDR_LOCAL;
+  }
+}
+
+/* What a listener's accepted sockets inherit without a call: its address
+ * (bound to one) and its port, unless it is transparent: IP_TRANSPARENT
+ * lets it accept connections to addresses and ports not its own. Looked
+ * at once, when it starts listening (the option is set before bind, for
+ * the bind to a foreign address). A program that steers connections to
+ * other ports to this listener through a socket-lookup BPF program is not
+ * seen: its connections are named by the listener's port. */
+static void note_listener(r2s_conn_t *c, int fd)
+{
+  socklen_t len = sizeof c->local;
+  c->listen_exact = false;
+  if (!(c->addrs_known & R2S_ADDR_LOCAL)) {
+    if (r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &len) < 0) {
+      c->local.ss_family = 0;
+      return;
+    }
+    c->addrs_known |= R2S_ADDR_LOCAL;
+  }
+  int on = 0;
+  len = sizeof on;
+  if (r2s__libc.getsockopt(fd, SOL_IP, IP_TRANSPARENT, &on, &len) < 0 || on) return;
+  if (c->domain == AF_INET6) {
+    len = sizeof on;
+    if (r2s__libc.getsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &on, &len) < 0 || on) return;
+  }
+  c->listen_exact = true;
 }
 
 /* The first direction of the connection moved into a ring. */
@@ -270,6 +338,7 @@ void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role)
 {
   __atomic_store_n(&c->role, (int)role, __ATOMIC_RELEASE);
   if (role == R2S_ROLE_LISTENER && __atomic_load_n(&c->stat_slot, __ATOMIC_RELAXED) < 0) {
+    note_listener(c, c->fd_hint);
     if (want_addresses()) fill_addresses(c, c->fd_hint);
     r2s__statseg_open(c);
   }
@@ -292,18 +361,23 @@ static unsigned port_of(const struct sockaddr_storage *a)
 /* True if the connection's service port (the peer's for a client, ours for
  * a server) is in R2SOCK_SKIP_PORTS: its plain peers may read urgent data
  * inline, so it gets no hello. known: c's addresses were just filled in
- * (fill_addresses), so the port need not be asked for again. */
+ * (fill_addresses), so the port need not be asked for again; nor when
+ * connect() named the peer or the listener told our port. */
 static bool skipped_port(const r2s_conn_t *c, int fd, bool known)
 {
   if (r2s__opt.skip_ports.n == 0) return false;
   struct sockaddr_storage a;
   socklen_t len = sizeof a;
   bool server = __atomic_load_n(&c->role, __ATOMIC_ACQUIRE) == R2S_ROLE_SERVER;
-  if (known)
-    a = server ? c->local : c->peer;
+  unsigned port;
+  if (server && c->own_port)
+    port = c->own_port;
+  else if (known || (c->addrs_known & (server ? R2S_ADDR_LOCAL : R2S_ADDR_PEER)))
+    port = port_of(server ? &c->local : &c->peer);
   else if ((server ? r2s__libc.getsockname : r2s__libc.getpeername)(fd, (struct sockaddr *)&a, &len) < 0)
     return false;
-  unsigned port = port_of(&a);
+  else
+    port = port_of(&a);
   return port && r2s__ports_has(&r2s__opt.skip_ports, port);
 }
 

@@ -49,6 +49,10 @@ typedef enum {
 #define R2S_CONN_SNDBUF      0x100u /* the application set SO_SNDBUF (link.h, r2s__link_sized_buffers) */
 #define R2S_CONN_EPOLLED     0x200u /* added to an epoll set once (readiness.h, r2s__epoll_forget) */
 
+/* addrs_known */
+#define R2S_ADDR_LOCAL 0x1u
+#define R2S_ADDR_PEER  0x2u
+
 typedef struct r2s_conn_s r2s_conn_t;
 typedef struct r2s_link_s r2s_link_t;
 struct r2s_conn_s {
@@ -74,6 +78,9 @@ struct r2s_conn_s {
   uint32_t stat_settled;             /* atomic: nothing left to republish on I/O */
   uint32_t stat_pub;                 /* statseg.c's: what was published */
   struct sockaddr_storage local, peer; /* filled when established, for logs */
+  uint32_t addrs_known;                /* R2S_ADDR_*: already filled from a call the application made */
+  uint16_t own_port;                   /* accepted: our port, the listener's (0: ask the kernel) */
+  bool listen_exact;                   /* listener: its accepted sockets have its address (no IP_TRANSPARENT) */
   r2s_conn_t *live_prev, *live_next;   /* the pool's list of live objects */
 };
 
@@ -157,6 +164,19 @@ static inline void r2s__conn_count_wait(r2s_conn_t *c)
 }
 
 void r2s__conn_set_role(r2s_conn_t *c, r2s_role_t role);
+
+/* The peer's address as the application named it to connect(), or as
+ * accept() returned it (len: the bytes there): kept for the log line, the
+ * stats segment and the skip list, so that they need no getpeername. An
+ * address the kernel would name otherwise (the unspecified one, which
+ * connects to loopback) is not kept. Before r2s__conn_established. */
+void r2s__conn_note_peer(r2s_conn_t *c, const struct sockaddr *a, socklen_t len);
+
+/* c was just accepted from listener l: our own address is the listener's,
+ * where the listener is bound to one address and is not transparent
+ * (IP_TRANSPARENT accepts connections to any address); our port is its port
+ * unless it is transparent. Before r2s__conn_established. */
+void r2s__conn_note_accepted(r2s_conn_t *c, const r2s_conn_t *l);
 
 /* The socket fd of c is now connected (connect returned 0, a nonblocking
  * connect completed, or accept returned it): choose the path and count it.

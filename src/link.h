@@ -220,6 +220,15 @@ bool r2s__link_in_rings(r2s_link_t *l, short events);
  * after): which kernel events carry news for it while it waits. */
 int r2s__link_rx_state(const r2s_link_t *l);
 
+/* Whether a lone urgent byte of the peer's (its hello, with nothing behind
+ * it yet) is news for a reader that waits: only before the peer is known,
+ * and only where the policy would let a switch follow it now (now, or the
+ * size already moved). A reader's wait then watches POLLPRI, and a read
+ * that finds nothing looks at the mark; elsewhere the hello is taken with
+ * the bytes behind it, and a short connection's reader is woken once, by
+ * its response, as on TCP. */
+bool r2s__link_wants_lone_marks(const r2s_link_t *l);
+
 /* Whether the urgent byte the peer sent last is the shim's own (its hello
  * at the start of the stream, or its switch mark), not the application's:
  * POLLPRI and select()'s exceptfds leave it out. */

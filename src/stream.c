@@ -112,8 +112,14 @@ static void unarm(r2s_wait_t *w)
 }
 
 /* The kernel side of the wait: doorbells and end of stream arrive on the
- * TCP socket, and a nap waits for those only. While the peer has not
- * switched yet, its hello or switch mark alone is POLLPRI. A writer whose
+ * TCP socket, and a nap waits for those only. A reader waits for bytes as
+ * the kernel's read does, and for the peer's lone hello (POLLPRI) only
+ * where a switch could follow it now (r2s__link_wants_lone_marks): an
+ * idle reader under `now` answers it at once, so that its peer can move
+ * into a ring before the reader's application next calls. Elsewhere the
+ * hello is taken with the bytes behind it: a short connection's server
+ * sends its hello just before its response, and its client wakes once, as
+ * on TCP, not once for each. A writer whose
  * bytes go over TCP waits for the kernel's POLLOUT only: bytes to read are
  * not for it, and the peer's (its hello, a DATA frame its application has
  * not read) kept the socket readable, so each of its sleeps returned at
@@ -128,9 +134,10 @@ static void to_kernel(r2s_wait_t *w, bool nap)
     return;
   }
   short events = s->events;
-  int rx = r2s__link_rx_state(s->l);
   bool tx_ring = (events & POLLOUT) && r2s__link_in_rings(s->l, POLLOUT);
-  short in = (events & POLLIN) ? (short)(POLLIN | (rx == R2S_RX_PROBE ? POLLPRI : 0)) : tx_ring ? POLLIN : 0;
+  short in = (events & POLLIN) ? (short)(POLLIN | (r2s__link_wants_lone_marks(s->l) ? POLLPRI : 0))
+             : tx_ring         ? POLLIN
+                               : 0;
   s->p.events = (short)(in | POLLRDHUP);
   if ((events & POLLOUT) && !tx_ring) s->p.events |= POLLOUT;
   r2s__conn_count_wait(s->c);

@@ -234,7 +234,10 @@ static int reason(const r2s_link_t *l)
   if (__atomic_load_n(&l->upgraded, __ATOMIC_ACQUIRE)) return R2S_REASON_NONE;
   if (FAILED(l)) return R2S_REASON_FAILED;
   if (l->tcp_reason) return l->tcp_reason;
-  if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE)) return R2S_REASON_NO_PEER_YET;
+  /* A hello seen where it stood (by a read, or the close) says as much as
+   * a probe's. */
+  if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && !__atomic_load_n(&l->peer_hello, __ATOMIC_RELAXED))
+    return R2S_REASON_NO_PEER_YET;
   /* Read without the locks: a close may classify while another thread
    * still sends (the counters are stored atomically for this). */
   uint64_t moved = __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) +
@@ -265,6 +268,17 @@ void lk_mark_upgraded(r2s_link_t *l)
 int r2s__link_rx_state(const r2s_link_t *l)
 {
   return __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+}
+
+bool r2s__link_wants_lone_marks(const r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_PROBE) return false;
+  /* The policy is fixed before the link is shared; the counts are stored
+   * atomically for readers without the locks (reason()). */
+  if (l->policy.upgrade.mode == R2S_UPGRADE_NOW) return true;
+  if (l->policy.upgrade.mode == R2S_UPGRADE_NEVER) return false;
+  return __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) + __atomic_load_n(&l->rx_consumed, __ATOMIC_RELAXED) >=
+         l->policy.upgrade.after_bytes;
 }
 
 uint32_t r2s__link_bells_read(const r2s_link_t *l)

@@ -16,12 +16,34 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
   ssize_t n = r2s__libc.recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT);
   if (n < 0) {
     n = -errno;
-    if (n != -EAGAIN) return n;
+    /* Nothing to read: a mark may stand at the reader with nothing behind
+     * it yet. It is news only where a switch could follow the peer's
+     * hello now (r2s__link_wants_lone_marks: the reader's wait watches
+     * POLLPRI then, and must find the mark). Elsewhere the hello is taken
+     * with the bytes that follow it (or by the close), a switch mark with
+     * the HANDSHAKE behind it, and a plain peer's lone urgent byte leaves
+     * a read on TCP waiting too; a sender that looks for the switch mark
+     * alone does so itself (lk_read_control_locked). */
+    if (n != -EAGAIN || !r2s__link_wants_lone_marks(l)) return n;
   }
-  int urg = -EINVAL;
-  int mark = lk_mark_here(fd, &urg);
+  int urg = -EINVAL, mark;
+  if (l->rx_state == R2S_RX_PROBE && n > 0) {
+    /* Bytes at the reader, and the peer not known yet: first whether any
+     * urgent byte came at all. None (EINVAL) is the answer for a plain
+     * peer, and then no mark stands at the reader either; otherwise where
+     * the mark stands, and its byte read again behind a SIOCATMARK of 1
+     * (lk_mark_here). The value read first serves a mark ahead: the bytes
+     * in front of it show that the peer's urgent byte came. */
+    urg = lk_urgent_peek(fd);
+    mark = urg == -EINVAL ? 0 : lk_mark_here(fd, &urg);
+  } else {
+    /* Nothing to read, the end of the stream, or the peer known: only a
+     * mark at the reader matters. One ahead of it has bytes in front,
+     * which the peek returned, and its byte is seen once the reader gets
+     * there. */
+    mark = lk_mark_here(fd, &urg);
+  }
   if (mark < 0) return mark;
-  if (urg == -EINVAL && (n <= 0 || l->rx_state == R2S_RX_PROBE)) urg = lk_urgent_peek(fd);
   /* A reset connection keeps its unread bytes, which plain TCP delivers
    * before it reports the reset, but the kernel no longer answers for its
    * urgent byte (ENOTCONN). Bytes in front of the mark are the

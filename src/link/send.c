@@ -9,7 +9,11 @@
 /* When the send side looks for the peer's hello (or handshake) next: at
  * every write at first, then at doubling intervals capped at 64 writes, so
  * a plain peer costs one extra system call per 64 writes at most, and bytes
- * sent before a shim peer is noticed stay few. */
+ * sent before a shim peer is noticed stay few. The hello is looked for
+ * only once the policy would let a switch follow it: before that, what a
+ * probe learns changes nothing here (the peer's hello is taken where it
+ * stands, by a read or the close), and a short connection would pay a
+ * system call on its first write for nothing. */
 #define PROBE_BYTES (256u << 10)
 
 static uint64_t next_probe(uint64_t writes)
@@ -148,7 +152,8 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     switch (l->tx_state) {
     case R2S_TX_PROBE:
-      if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && ++l->tx_writes >= l->tx_probe_at) {
+      if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && lk_policy_allows_switch(l) &&
+          ++l->tx_writes >= l->tx_probe_at) {
         int urg = lk_urgent_peek(fd);
         if ((urg >= 0 && lk_note_urgent(l, fd, urg, -1)) || urg == -EAGAIN)
           __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
