@@ -282,13 +282,23 @@ short r2s__link_arm(r2s_link_t *l, int fd, short events)
   if (events & POLLIN) __atomic_add_fetch(&l->sleepers[0], 1, __ATOMIC_SEQ_CST), n++;
   if (events & POLLOUT) __atomic_add_fetch(&l->sleepers[1], 1, __ATOMIC_SEQ_CST), n++;
   lk_pump_later(l); /* a doorbell may come: look at the socket again */
-  if ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING)
-    TP(l)->sleep_rx(TPS(l), true);
-  if ((events & POLLOUT) && lk_tx_in_ring(l)) TP(l)->sleep_tx(TPS(l), true);
-  /* Re-check after the flags are visible: a producer that published before
-   * seeing them will not ring, so its bytes must be found now. */
   lk_arming = l, lk_arming_n = n;
-  rev = link_poll(l, fd, events, &owned, true);
+  for (;;) {
+    bool rx_ring = (events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING;
+    bool tx_ring = (events & POLLOUT) && lk_tx_in_ring(l);
+    if (rx_ring) TP(l)->sleep_rx(TPS(l), true);
+    if (tx_ring) TP(l)->sleep_tx(TPS(l), true);
+    /* Re-check after the flags are visible: a producer that published
+     * before seeing them will not ring, so its bytes must be found now. */
+    rev = link_poll(l, fd, events, &owned, true);
+    if (rev & owned) break;
+    /* The look itself may have moved a direction into its ring (it read
+     * the peer's RING frame, or HANDED let ours in): that ring's word was
+     * not set, and its peer would never ring. Arm the new state too. */
+    if (rx_ring == ((events & POLLIN) && __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_RING) &&
+        tx_ring == ((events & POLLOUT) && lk_tx_in_ring(l)))
+      break;
+  }
   lk_arming = NULL;
   return (short)(rev & owned);
 }
