@@ -276,8 +276,18 @@ fit_pair() {
 ( fit_pair ) || fail "ring-fit: the stream failed"
 step "ring-fit: both ends upgraded to RDMA" r2s_stats_check /xfer/stats.fit 2 conn_rdma 1
 # both directions: a client that could not copy the server's ring would
-# send over TCP frames and still count its connection (50 % at most)
-step "ring-fit: >= 75 % of each end's payload over RDMA" r2s_stats_share /xfer/stats.fit rdma 75
+# send over TCP frames for good and still count its connection (50 % of
+# the payload over RDMA at most). Each end's send direction must have
+# moved into the peer's ring, and more than half of the payload gone over
+# RDMA. How much more depends on how far each end's 32 MiB got over TCP
+# before its switch completed while both stream at once, which varies from
+# run to run (down to about 63 %): a higher bar would measure that race,
+# not the fit.
+step "ring-fit: the server's send direction moved into the client's ring" \
+  grep -q 'send direction now in the peer.s rdma ring' "$LOGDIR/ring-fit.server.log"
+step "ring-fit: the client's send direction moved into the server's ring" \
+  grep -q 'send direction now in the peer.s rdma ring' "$LOGDIR/ring-fit.client.log"
+step "ring-fit: > 50 % of each end's payload over RDMA" r2s_stats_share /xfer/stats.fit rdma 51
 step "ring-fit: the server used 2 MiB of its wide ring" \
   grep -q 'RDMA rings: ours 2097152 of 8388608 bytes, the peer.s 2097152 of 2097152' "$LOGDIR/ring-fit.server.log"
 step "ring-fit: the client copied 2 MiB of it" \
