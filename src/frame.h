@@ -59,7 +59,8 @@ enum {
   R2S_FRAME_READY = 9,     /* our end of the transport takes your writes now (RDMA) */
   R2S_FRAME_FETCH = 10,    /* hand me your shm ring: my Unix socket's address */
   R2S_FRAME_HANDED = 11,   /* status u64, nonce: the ring went to that socket (or why not) */
-  R2S_FRAME_TYPE_MAX = 11
+  R2S_FRAME_FAILOVER = 12, /* the rings failed; mine holds your stream up to offset u64 */
+  R2S_FRAME_TYPE_MAX = 12
 };
 
 #define R2S_FRAME_HDR_LEN  8
@@ -168,7 +169,8 @@ int r2s__handed_encode(const r2s_handed_t *h, uint8_t *buf, size_t cap);
 int r2s__fetch_decode(const uint8_t *payload, size_t len, r2s_fetch_t *out);
 int r2s__handed_decode(const uint8_t *payload, size_t len, r2s_handed_t *out);
 
-/* Frames whose payload is one u64: RING, CREDIT, FIN, DECLINE, PLAIN. */
+/* Frames whose payload is one u64: RING, CREDIT, FIN, DECLINE, PLAIN,
+ * FAILOVER. */
 int r2s__frame_u64_encode(uint8_t type, uint64_t v, uint8_t *buf, size_t cap);
 int r2s__frame_u64_decode(const uint8_t *payload, size_t len, uint64_t *v);
 

@@ -268,6 +268,10 @@ static bool parse_path(const char *s, const char **out)
 #define parse_upgrade  r2s__parse_upgrade
 #define parse_ringsize r2s__parse_ringsize
 #define parse_usec     r2s__parse_usec
+static bool parse_bytes(const char *s, uint64_t *out)
+{
+  return r2s__parse_size(s, out);
+}
 #define parse_seconds  r2s__parse_seconds
 #define parse_transport r2s__parse_transport
 #define parse_gidindex r2s__parse_gidindex
@@ -287,6 +291,11 @@ static const char *format_ringsize(const uint64_t *v, char *b, size_t n)
     snprintf(b, n, "auto");
   else
     snprintf(b, n, "%llu", (unsigned long long)*v);
+  return b;
+}
+static const char *format_bytes(const uint64_t *v, char *b, size_t n)
+{
+  snprintf(b, n, "%llu", (unsigned long long)*v);
   return b;
 }
 static const char *format_usec(const unsigned *v, char *b, size_t n)
@@ -340,6 +349,7 @@ static const char *const accepted_string = "a non-empty string";
 static const char *const accepted_path = "a file name, or nothing for none";
 static const char *const accepted_upgrade = "never, now, auto or a size such as 64K";
 static const char *const accepted_ringsize = "auto, or a power of two from 4K to 1G";
+static const char *const accepted_bytes = "a size such as 256K, or 0";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
 static const char *const accepted_seconds = "a whole number of seconds, 0 to 3600";
 static const char *const accepted_transport = "auto, shm or rdma";
@@ -438,6 +448,7 @@ bool r2s__option_parse(r2s_options_t *o, int id, const char *value, const char *
 #define release_ports(p)
 #define release_programs(p)
 #define release_ringsize(p)
+#define release_bytes(p)
 #define release_usec(p)
 #define release_seconds(p)
 #define release_transport(p)

@@ -45,6 +45,7 @@ typedef bool r2s_opt_bool_t;
 typedef const char *r2s_opt_string_t;
 typedef const char *r2s_opt_path_t; /* NULL: the option's own default; "": none */
 typedef uint64_t r2s_opt_ringsize_t;
+typedef uint64_t r2s_opt_bytes_t; /* a size such as 1M; 0: off */
 typedef unsigned r2s_opt_usec_t;
 typedef unsigned r2s_opt_seconds_t; /* 0: the kernel's value (see the option) */
 /* Which transport a connection to a peer shim offers. */
@@ -120,6 +121,9 @@ typedef struct r2s_policy_s {
   X(DEVICE, device, string, NULL, "the RDMA device to use (e.g. mlx5_0, rxe0) instead of the one that owns the address") \
   X(GID_INDEX, gid_index, gidindex, -1,                                                                      \
     "the GID table index to use instead of the one that matches the address")                                \
+  X(FAIL_AFTER, fail_after, bytes, 0,                                                                      \
+    "for tests: a connection's ring fails after it carried this many of our bytes (as when an RDMA link goes " \
+    "down) and the connection goes on over TCP; 0: never")                                                    \
   X(CONFIG, config, path, NULL,                                                                              \
     "the rules file read at start-up: option defaults and per-connection rules (default /etc/r2sock.conf; "  \
     "empty: none)")

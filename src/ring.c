@@ -53,12 +53,33 @@ ssize_t r2s__ring_space(r2s_ring_t *r)
 
 ssize_t r2s__ring_avail(r2s_ring_t *r)
 {
+  if (__atomic_load_n(&r->frozen, __ATOMIC_ACQUIRE))
+    return (ssize_t)(__atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) - r->head);
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_ACQUIRE);
   /* The producer may only move tail forward, and never more than a ring
    * ahead of what we consumed. */
   if (tail - r->head > r->size || tail - r->tail > r->size) return -EPROTO;
   r->tail = tail;
   return (ssize_t)(tail - r->head);
+}
+
+int r2s__ring_unacked(const r2s_ring_t *r, uint64_t from, struct iovec iov[2])
+{
+  if (from - r->head > r->tail - r->head) return -EPROTO;
+  size_t len = (size_t)(r->tail - from), off = (size_t)(from & r->mask), first = r->size - off;
+  if (len == 0) return 0;
+  iov[0] = (struct iovec){r->data + off, len < first ? len : first};
+  if (len <= first) return 1;
+  iov[1] = (struct iovec){r->data, len - first};
+  return 2;
+}
+
+int r2s__ring_freeze(r2s_ring_t *r, uint64_t at)
+{
+  if (at - r->head > r->tail - r->head) return -EINVAL;
+  __atomic_store_n(&r->tail, at, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->frozen, true, __ATOMIC_RELEASE);
+  return 0;
 }
 
 /* Copies len bytes between the ring at index idx and buf, in up to two

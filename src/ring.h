@@ -70,6 +70,9 @@ typedef struct r2s_ring_s {
   uint8_t *data;
   uint64_t size, mask;
   uint64_t head, tail; /* this side's own view, checked against ctl */
+  /* Consumer: the channel under the ring failed (r2s__ring_freeze): the
+   * ring ends at tail, whatever the producer writes into ctl later. */
+  bool frozen;
 } r2s_ring_t;
 
 /* Bytes a mapping of a ring with `size` data bytes needs. */
@@ -105,6 +108,14 @@ ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t sk
 
 /* Consumer: bytes ready (>= 0), or -EPROTO if the producer's tail is bogus. */
 ssize_t r2s__ring_avail(r2s_ring_t *r);
+/* Producer: the bytes put from stream offset `from` to the tail, in at
+ * most two pieces (the count), or -EPROTO if `from` lies before the
+ * head last checked (those bytes may be overwritten) or past the tail. */
+int r2s__ring_unacked(const r2s_ring_t *r, uint64_t from, struct iovec iov[2]);
+/* Consumer: from now on the ring holds the bytes up to `at` and no more
+ * (what the producer writes later is not read): head <= at <= the tail
+ * last checked, else -EINVAL. */
+int r2s__ring_freeze(r2s_ring_t *r, uint64_t at);
 /* Consumer: copies up to max bytes into iov; advances head unless peek.
  * Returns the count or -EPROTO. */
 ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t max, bool peek);

@@ -70,6 +70,10 @@ typedef struct r2s_tp_conn_s {
   int fd; /* the connection's socket (offer() may duplicate it, never keeps it) */
   struct sockaddr_storage local, peer;
   void (*wake)(void *arg, int fd); /* send a DOORBELL on fd (see above) */
+  /* The channel under the rings failed and the transport's own thread
+   * found it (see lost() below): the link fails over. Called as wake(),
+   * with none of the transport's locks held, never after release(). */
+  void (*lost)(void *arg, int fd);
   void *arg;
 } r2s_tp_conn_t;
 
@@ -159,6 +163,29 @@ typedef struct r2s_transport_s {
   /* Optional (NULL: never): the peer last ran on the CPU the caller runs
    * on, so polling for it cannot succeed until the caller yields. A hint. */
   bool (*peer_shares_cpu)(r2s_tp_state_t *st);
+
+  /* Optional (NULL: the rings fail only with the connection): failover,
+   * docs/protocol.md "Failover". lost() says that the channel under the
+   * rings failed while the TCP connection may live (RDMA: the queue pair
+   * or the device); from then on put() and space() say 0, get() and
+   * avail() see no new bytes, and no call fails for it. Any thread, no
+   * lock needed.
+   * stop() ends this end's use of the rings for good, lost or not: no
+   * byte the peer writes into our ring from now on is read, nothing more
+   * goes into the peer's, and peer_tx_closed() says false (the end of the
+   * stream comes by TCP). It returns in *rx_end where our ring ends: the
+   * bytes before it can be read, and the peer resends the rest over TCP.
+   * That lies between what we consumed and what arrived, and not before a
+   * close of the peer's that we saw. A second call returns the same.
+   * Both link locks held; does not wait.
+   * unacked() gives the bytes this end put into the peer's ring from
+   * stream offset `from` (the peer's rx_end) to produced(), in at most
+   * two pieces (the count, or -EPROTO if `from` lies before what the
+   * peer had taken or past produced()); valid until release(). tx_lock
+   * held. */
+  bool (*lost)(r2s_tp_state_t *st);
+  int (*stop)(r2s_tp_state_t *st, uint64_t *rx_end);
+  int (*unacked)(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2]);
 
   /* The peer's producer said it will write no more (after its last byte). */
   bool (*peer_tx_closed)(r2s_tp_state_t *st);

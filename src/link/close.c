@@ -38,6 +38,7 @@ int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
     lk_rx_unlock(l, fd);
   }
   if (how == SHUT_WR || how == SHUT_RDWR) {
+    lk_failover_before_close(l, fd);
     r2s__lock(&l->tx_lock);
     (void)lk_flush_ctrl(l, fd);
     bool in_ring = l->tx_state == R2S_TX_RING;
@@ -169,6 +170,7 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
                     __atomic_load_n(&l->tx_plain_bytes, __ATOMIC_RELAXED) + l->rx_consumed <
                         r2s__hello_floor(__atomic_load_n(&l->peer_hello, __ATOMIC_RELAXED));
   lk_rx_unlock(l, fd);
+  lk_failover_before_close(l, fd);
   r2s__lock(&l->tx_lock);
   (void)lk_flush_ctrl(l, fd);
   /* Our FIN must not overtake our last ring bytes (RDMA writes still in

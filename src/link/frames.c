@@ -198,6 +198,9 @@ int lk_handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h)
     return handle_fetch(l, fd, l->rx_ctrl, h->len);
   case R2S_FRAME_HANDED:
     return handle_handed(l, fd, l->rx_ctrl, h->len);
+  case R2S_FRAME_FAILOVER:
+    if (r2s__frame_u64_decode(l->rx_ctrl, h->len, &v) < 0) return -EPROTO;
+    return lk_peer_lost_locked(l, fd, v);
   case R2S_FRAME_CREDIT:
   case R2S_FRAME_FIN:
     return 0;

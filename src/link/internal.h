@@ -9,7 +9,8 @@
  *    control-frame queue), switch.c (our switch and offer), attach.c (into
  *    the peer's ring), frames.c (the frame reader), recv.c and send.c (the
  *    data path per state), oob.c (urgent data, shadowed TCP options),
- *    ready.c (readiness and waits), close.c (shutdown and close).
+ *    ready.c (readiness and waits), close.c (shutdown and close),
+ *    failover.c (from the rings back to TCP when their channel fails).
  *  - rx_lock serialises the receive direction, tx_lock the send direction.
  *    Lock order: rx_lock, then tx_lock. A path that holds tx_lock only ever
  *    tries rx_lock (r2s__trylock), or drops tx_lock first. A function
@@ -164,6 +165,17 @@ struct r2s_link_s {
   r2s_handshake_t offer_hs;
   int switch_owed;   /* atomic: a reader wanted to switch without an offer (lk_rx_unlock makes it) */
   int doorbell_owed; /* atomic: a progress thread found tx_lock taken (lk_transport_wake) */
+
+  /* Failover (failover.c): the channel under the rings failed. */
+  int lost;             /* atomic: our rings are stopped (set with both locks held) */
+  uint64_t rx_lost_at;  /* where our ring ends: what our FAILOVER says (both locks to set) */
+  bool failover_owed;   /* tx_lock: our FAILOVER waits for room (or for a DATA frame to end) */
+  bool peer_lost;       /* tx_lock: the peer's FAILOVER came, saying peer_lost_at */
+  bool peer_lost_owed;  /* tx_lock: ... and its answer (our PLAIN) waits behind our FAILOVER */
+  uint64_t peer_lost_at;
+  uint8_t *backlog;     /* tx_lock: bytes of ours the peer lacks, to go behind our PLAIN */
+  size_t backlog_len, backlog_off;
+  int backlog_left;     /* atomic: backlog not all sent (no passthrough before) */
 };
 
 enum { R2S_OFFER_NONE, R2S_OFFER_MAKING, R2S_OFFER_MADE };
@@ -281,6 +293,7 @@ void lk_mark_upgraded(r2s_link_t *l);
 void lk_tx_unlock(r2s_link_t *l, int fd);
 int lk_queue_ctrl(r2s_link_t *l, const void *p, size_t len);
 int lk_queue_plain_locked(r2s_link_t *l, int reason);
+int lk_queue_plain_at_locked(r2s_link_t *l, int reason, uint64_t at);
 int lk_flush_ctrl(r2s_link_t *l, int fd);
 void lk_send_doorbell_locked(r2s_link_t *l, int fd);
 bool lk_send_decline_locked(r2s_link_t *l, int fd, uint64_t why);
@@ -312,6 +325,21 @@ int lk_handle_control(r2s_link_t *l, int fd, const r2s_frame_hdr_t *h);
 int lk_pump_control(r2s_link_t *l, int fd);
 void lk_pump_from_sender(r2s_link_t *l, int fd, bool read_ahead);
 void lk_read_control_locked(r2s_link_t *l, int fd, bool read_ahead);
+
+/* failover.c */
+static inline bool LOST(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->lost, __ATOMIC_ACQUIRE) != 0;
+}
+bool lk_channel_lost(const r2s_link_t *l);
+bool lk_fail_after_due(const r2s_link_t *l);
+void lk_lose_locked(r2s_link_t *l, int fd);
+void lk_lose(r2s_link_t *l, int fd);
+void lk_transport_lost(void *arg, int fd);
+int lk_peer_lost_locked(r2s_link_t *l, int fd, uint64_t at);
+void lk_failover_owed_locked(r2s_link_t *l, int fd);
+int lk_flush_backlog_locked(r2s_link_t *l, int fd);
+void lk_failover_before_close(r2s_link_t *l, int fd);
 
 /* oob.c */
 int lk_atmark(r2s_link_t *l, int fd);

@@ -23,6 +23,7 @@ void lk_settle_plain(r2s_link_t *l)
   if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) == R2S_RX_PLAIN &&
       __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_PLAIN && !l->interlude_owed &&
       r2s__readahead_len(&l->rx_ahead) == 0 && !__atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&l->backlog_left, __ATOMIC_ACQUIRE) &&
       !__atomic_load_n(&l->app_oobinline, __ATOMIC_ACQUIRE) &&
       __atomic_exchange_n(&l->passthrough, 1, __ATOMIC_ACQ_REL) == 0)
     __atomic_fetch_sub(&r2s__links_active, 1, __ATOMIC_RELAXED);
@@ -211,6 +212,7 @@ void r2s__link_free(r2s_link_t *l)
   if (TPS(l)) TP(l)->release(TPS(l));
   if (l->offer_state == R2S_OFFER_MADE && l->offer_st) l->offer_tp->release(l->offer_st); /* never taken */
   free(l->rx_ctrl);
+  free(l->backlog);
   r2s__readahead_free(&l->rx_ahead);
   pthread_mutex_destroy(&l->rx_lock);
   pthread_mutex_destroy(&l->tx_lock);
@@ -297,6 +299,13 @@ void r2s__link_fork_child(r2s_link_t *l)
   pthread_mutex_init(&l->rx_lock, NULL);
   pthread_mutex_init(&l->tx_lock, NULL);
   if (l->offer_state == R2S_OFFER_MAKING) l->offer_state = R2S_OFFER_NONE;
+  /* A failover's resend is the parent's to push (its thread did not
+   * come along): sent from here too, the peer would read it twice. */
+  if (l->backlog) {
+    free(l->backlog);
+    l->backlog = NULL, l->backlog_len = l->backlog_off = 0;
+    l->backlog_left = 0;
+  }
 }
 
 pthread_mutex_t *r2s__link_lock(r2s_link_t *l, bool tx)

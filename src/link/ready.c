@@ -32,6 +32,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
     return (short)(POLLERR | (events & (POLLIN | POLLOUT)));
   }
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  if (!LOST(l) && TPS(l) && lk_channel_lost(l)) lk_transport_lost(l, fd); /* failover.c */
   if ((events & POLLIN) && (rx == R2S_RX_RING || rx == R2S_RX_FRAMES)) {
     *owned |= POLLIN;
     if (r2s__trylock(&l->rx_lock) == 0) {
@@ -64,6 +65,11 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
     /* Read ahead: readable although the kernel may hold nothing. */
     *owned |= POLLIN;
     rev |= POLLIN;
+  }
+  if ((events & POLLOUT) && lk_tx_in_ring(l) && LOST(l) && r2s__trylock(&l->rx_lock) == 0) {
+    /* A lost ring's writer waits for the peer's FAILOVER (failover.c). */
+    lk_read_control_locked(l, fd, true);
+    lk_rx_unlock(l, fd);
   }
   if ((events & POLLOUT) && lk_tx_in_ring(l)) {
     *owned |= POLLOUT;

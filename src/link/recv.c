@@ -157,6 +157,12 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       return n;
     }
     if (n < 0) return n;
+    if (!LOST(l) && lk_channel_lost(l)) { /* the ring's channel failed: TCP goes on (failover.c) */
+      r2s__lock(&l->tx_lock);
+      lk_lose_locked(l, fd);
+      lk_tx_unlock(l, fd);
+      continue;
+    }
     if (TP(l)->peer_tx_closed(TPS(l)) || l->rx_eof) {
       /* End of stream only once the ring is empty after seeing it. */
       n = TP(l)->get(TPS(l), iov, cnt, want, peek);

@@ -119,7 +119,7 @@ static ssize_t peer_closed_locked(r2s_link_t *l, int fd, size_t len)
 static inline ssize_t send_ring_first(r2s_link_t *l, int fd, const struct iovec *iov, int cnt,
                                       r2s_link_moved_t *mv)
 {
-  if (!lk_tx_in_ring(l) || l->tx_pending_len || l->tx_shut || FAILED(l) ||
+  if (!lk_tx_in_ring(l) || l->tx_pending_len || l->tx_shut || FAILED(l) || r2s__opt.fail_after ||
       __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE))
     return 0;
   ssize_t n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
@@ -141,6 +141,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   }
   /* The kernel checks for an error before it takes a byte. */
   n = __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) ? -EAGAIN : RETRY;
+  bool pumped = false;
   while (n == RETRY) {
     if (FAILED(l)) {
       n = -EPIPE;
@@ -209,12 +210,31 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       break;
     }
     case R2S_TX_RING: {
+      if (!LOST(l) && (lk_fail_after_due(l) || lk_channel_lost(l))) {
+        lk_tx_unlock(l, fd); /* lock order: rx before tx */
+        lk_lose(l, fd);
+        r2s__lock(&l->tx_lock);
+        continue;
+      }
       int rc = lk_flush_ctrl(l, fd);
       if (rc < 0 && (rc != -EAGAIN || !lk_tx_in_ring(l))) {
         n = rc;
         break;
       }
       if (l->tx_state != R2S_TX_RING) continue; /* our PLAIN frame left: TCP from here */
+      if (LOST(l)) {
+        /* The peer's FAILOVER says where our bytes go on (failover.c):
+         * read it, once a call; until it comes, the ring is full. */
+        if (!pumped) {
+          pumped = true;
+          lk_tx_unlock(l, fd);
+          lk_pump_from_sender(l, fd, true);
+          r2s__lock(&l->tx_lock);
+          continue;
+        }
+        n = -EAGAIN;
+        break;
+      }
       n = TP(l)->put(TPS(l), iov, cnt, 0, r2s__iov_total(iov, cnt));
       if (n == -EPIPE)
         n = peer_closed_locked(l, fd, r2s__iov_total(iov, cnt));
@@ -238,7 +258,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     default: {
       /* An interlude still owed (its mark found the socket full) or half
        * sent goes first: no application byte may land inside its frames. */
-      int rc = l->tx_pending_len ? lk_flush_ctrl(l, fd) : 0;
+      int rc = l->tx_pending_len || l->backlog ? lk_flush_ctrl(l, fd) : 0;
       if (!rc) rc = lk_send_interlude_locked(l, fd);
       if (!rc && l->tx_pending_len) rc = lk_flush_ctrl(l, fd);
       n = rc == -EAGAIN ? rc : tx_plain(fd, iov, cnt, flags);

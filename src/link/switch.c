@@ -25,6 +25,7 @@ static const r2s_transport_t *choose_transport(r2s_link_t *l, int fd, r2s_tp_con
   memset(c, 0, sizeof *c);
   c->fd = fd;
   c->wake = lk_transport_wake;
+  c->lost = lk_transport_lost;
   c->arg = l;
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
   (void)r2s__libc.getsockname(fd, (struct sockaddr *)&c->local, &ll);

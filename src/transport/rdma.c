@@ -48,6 +48,13 @@ void r2s__rdma_on_fatal(r2s_tp_state_t *st, const char *why)
   if (!foreign(st)) rd_fail_qp(st, why);
 }
 
+void r2s__rdma_on_lost(r2s_tp_state_t *st, const char *why)
+{
+  if (foreign(st)) return;
+  rd_lose_qp(st, why);
+  rd_tell_lost(st);
+}
+
 void r2s__rdma_on_event(r2s_tp_state_t *st)
 {
   if (foreign(st)) return;
@@ -64,7 +71,10 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
   int pending = st->pending_sleep;
   st->pending_sleep = 0;
   r2s__unlock(&st->rx_lock);
-  if (state_error(st)) return;
+  if (state_error(st)) {
+    rd_tell_lost(st);
+    return;
+  }
   bool rx = pending & IMM_RX_SLEEP, tx = pending & IMM_TX_SLEEP;
   /* The doorbells below go through our duplicate of the socket. Without it
    * (the application took its number, rd_own_fd) the flags stay set for the
@@ -178,6 +188,9 @@ const r2s_transport_t r2s__transport_rdma = {
     .sleep_tx = rd_sleep_tx,
     .take_peer_rx_sleeper = rd_take_peer_rx_sleeper,
     .take_peer_tx_sleeper = rd_take_peer_tx_sleeper,
+    .lost = rd_lost,
+    .stop = rd_stop,
+    .unacked = rd_unacked,
     .peer_tx_closed = rd_peer_tx_closed,
     .close_tx = rd_close_tx,
     .flush = rdma_flush,

@@ -91,8 +91,11 @@ void r2s__rdma_dev_put(r2s_rdma_dev_t *dev);
 
 /* In rdma.c: one completion event of st's receive CQ (progress thread). */
 void r2s__rdma_on_event(r2s_tp_state_t *st);
-/* In rdma.c: the queue pair or the device failed (progress thread). */
+/* In rdma.c: the queue pair failed by the peer's doing, or the channel
+ * under it was lost (the queue pair or the device died), progress
+ * thread. */
 void r2s__rdma_on_fatal(r2s_tp_state_t *st, const char *why);
+void r2s__rdma_on_lost(r2s_tp_state_t *st, const char *why);
 /* In rdma.c: at exit, waits (until deadline_ns) for st's posted sends. */
 void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns);
 

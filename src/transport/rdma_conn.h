@@ -146,7 +146,12 @@ struct r2s_tp_state_s {
   uint64_t tx_posted; /* tail of everything posted, seq_cst */
   uint64_t rx_taken;  /* our head after the last get, seq_cst */
   int armed_rx, armed_tx;
-  int broken; /* -errno once the queue pair failed */
+  /* -errno once the queue pair failed: -ENOLINK for a channel that failed
+   * under a live connection (the link fails over), else -ECONNRESET */
+  int broken;
+  int stopped;   /* stop() was called: our ring is frozen (ring.h) */
+  int lost_told; /* the link was told of the loss (conn->lost) */
+  void (*lost)(void *, int);
 
   /* a duplicate of the connection's socket, for the progress thread's
    * doorbells (wake), TCP_INFO and the shutdown on failure; only ever used
@@ -179,11 +184,23 @@ static inline int state_error(const r2s_tp_state_t *st)
   return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
 }
 
+/* What put, space, get and avail say for a failed queue pair: nothing
+ * moves (0) on a lost channel, which the link learns from lost() and
+ * leaves by failing over; the error otherwise. */
+static inline ssize_t rd_stuck(const r2s_tp_state_t *st)
+{
+  int err = state_error(st);
+  return err == -ENOLINK ? 0 : err;
+}
+
 /* rdma_post.c */
 int rd_own_fd(const r2s_tp_state_t *st);
 bool rd_tcp_reset(const r2s_tp_state_t *st);
 bool rd_peer_done(const r2s_tp_state_t *st);
 void rd_fail_qp(r2s_tp_state_t *st, const char *why);
+void rd_lose_qp(r2s_tp_state_t *st, const char *why);
+void rd_fail_wc(r2s_tp_state_t *st, int status);
+void rd_tell_lost(r2s_tp_state_t *st);
 void rd_reap_locked(r2s_tp_state_t *st);
 int rd_wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline, bool soft);
 bool rd_sq_room_locked(r2s_tp_state_t *st, unsigned need, unsigned reserve);
@@ -224,5 +241,8 @@ uint64_t rd_consumed(r2s_tp_state_t *st);
 bool rd_take_peer_tx_sleeper(r2s_tp_state_t *st);
 void rd_sleep_rx(r2s_tp_state_t *st, bool on);
 bool rd_peer_tx_closed(r2s_tp_state_t *st);
+bool rd_lost(r2s_tp_state_t *st);
+int rd_stop(r2s_tp_state_t *st, uint64_t *rx_end);
+int rd_unacked(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2]);
 
 #endif

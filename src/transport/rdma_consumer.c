@@ -42,7 +42,7 @@ void rd_take_recvs_locked(r2s_tp_state_t *st)
     for (int i = 0; i < k; i++) {
       used++;
       if (wc[i].status != IBV_WC_SUCCESS) {
-        rd_fail_qp(st, R2S_V(ibv_wc_status_str)(wc[i].status));
+        rd_fail_wc(st, wc[i].status);
         continue;
       }
       if (wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM) continue;
@@ -57,11 +57,11 @@ void rd_take_recvs_locked(r2s_tp_state_t *st)
       }
     }
   }
-  if (k < 0) rd_fail_qp(st, "cannot poll the receive queue");
+  if (k < 0) rd_lose_qp(st, "cannot poll the receive queue");
   if (raise) raise_tail(st, st->imm_tail);
   if (used && !state_error(st)) {
     if (rd_post_recvs(st, used) < 0)
-      rd_fail_qp(st, "cannot post receives");
+      rd_lose_qp(st, "cannot post receives");
     else
       __atomic_store_n(&st->recvs_done, st->recvs_done + (uint32_t)used, __ATOMIC_RELEASE);
   }
@@ -88,8 +88,7 @@ ssize_t rd_avail(r2s_tp_state_t *st)
   if (foreign(st)) return -ECONNRESET;
   poll_recvs(st);
   ssize_t n = r2s__ring_avail(&st->own);
-  if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE))
-    return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
+  if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE)) return rd_stuck(st);
   return n;
 }
 
@@ -98,7 +97,7 @@ ssize_t rd_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max,
   if (foreign(st)) return -ECONNRESET;
   poll_recvs(st);
   ssize_t n = r2s__ring_get(&st->own, iov, cnt, max, peek);
-  if (n > 0 && !peek) {
+  if (n > 0 && !peek && !state_error(st)) {
     __atomic_store_n(&st->rx_taken, st->own.head, __ATOMIC_SEQ_CST);
     /* Credits in batches of a quarter ring: a producer with room left
      * does not need them sooner, one that waits asks (IMM_TX_SLEEP). */
@@ -108,8 +107,7 @@ ssize_t rd_get(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max,
       r2s__unlock(&st->post_lock);
     }
   }
-  if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE))
-    return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
+  if (n == 0 && !__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE)) return rd_stuck(st);
   return n;
 }
 
@@ -133,6 +131,10 @@ void rd_sleep_rx(r2s_tp_state_t *st, bool on)
 {
   if (!on || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
   r2s__lock(&st->post_lock);
+  /* A reader about to sleep may wait for an answer to bytes of ours that
+   * never arrived: a failed write shows only in the send queue, which
+   * nothing else looks at while the connection is idle. */
+  rd_reap_locked(st);
   (void)rd_credit_locked(st);
   (void)rd_announce_locked(st, __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST), st->r_credit + OFF_CSLEEP, st->r_credit_rkey, IMM_RX_SLEEP);
   r2s__unlock(&st->post_lock);
@@ -140,5 +142,35 @@ void rd_sleep_rx(r2s_tp_state_t *st, bool on)
 
 bool rd_peer_tx_closed(r2s_tp_state_t *st)
 {
-  return __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+  return !__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE) &&
+         __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+bool rd_lost(r2s_tp_state_t *st)
+{
+  return state_error(st) == -ENOLINK;
+}
+
+/* The queue pair goes to the error state first: no write of the peer's
+ * lands after it, and the completions taken next say what landed before.
+ * Our ring then ends at the tail they and the tail word give; the peer
+ * resends what lies past it. */
+int rd_stop(r2s_tp_state_t *st, uint64_t *rx_end)
+{
+  if (foreign(st)) return -ECONNRESET;
+  if (!__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE)) {
+    int none = 0;
+    (void)__atomic_compare_exchange_n(&st->broken, &none, -ENOLINK, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+    (void)R2S_V(ibv_modify_qp)(st->qp, &a, IBV_QP_STATE);
+    r2s__lock(&st->rx_lock);
+    rd_take_recvs_locked(st);
+    r2s__unlock(&st->rx_lock);
+    ssize_t n = r2s__ring_avail(&st->own);
+    if (n < 0) return (int)n;
+    if (r2s__ring_freeze(&st->own, st->own.tail) < 0) return -EPROTO;
+    __atomic_store_n(&st->stopped, 1, __ATOMIC_RELEASE);
+  }
+  *rx_end = st->own.tail;
+  return 0;
 }

@@ -132,7 +132,7 @@ static void device_died(r2s_rdma_dev_t *d)
   pthread_mutex_lock(&live_lock);
   d->dead = true;
   for (size_t i = 0; i < nlive; i++)
-    if (live[i].dev == d) r2s__rdma_on_fatal(live[i].st, "the device failed");
+    if (live[i].dev == d) r2s__rdma_on_lost(live[i].st, "the device failed");
   d->thread_done = true;
   bool close_now = d->nstates == 0;
   pthread_mutex_unlock(&live_lock);
@@ -149,7 +149,10 @@ static bool on_async_event(progress_t *pr)
                      ? ev.element.qp->qp_context
                      : NULL;
   R2S_V(ibv_ack_async_event)(&ev);
-  if (qp_ctx) with_live(pr->slot, qp_ctx, r2s__rdma_on_fatal, "the queue pair failed");
+  /* A request or access error is the peer's doing: reset. */
+  if (qp_ctx)
+    with_live(pr->slot, qp_ctx, t == IBV_EVENT_QP_FATAL ? r2s__rdma_on_lost : r2s__rdma_on_fatal,
+              "the queue pair failed");
   if (t != IBV_EVENT_DEVICE_FATAL) return true;
   device_died(pr->dev);
   return false;

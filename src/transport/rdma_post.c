@@ -68,12 +68,15 @@ bool rd_peer_done(const r2s_tp_state_t *st)
   return __atomic_load_n(&peer_cline(st)->head, __ATOMIC_ACQUIRE) == written && peer_ended(st);
 }
 
-/* The queue pair failed: the connection cannot know which bytes arrived,
- * so it ends. The socket is shut down so that both ends' sleepers wake
- * (and find ECONNRESET here, EOF or a reset there). */
+/* The queue pair failed in a way that says the peer broke the rules (a
+ * wrong rkey, a ring smaller than it said), or under a connection TCP
+ * says is over: the connection ends. The socket is shut down so that both
+ * ends' sleepers wake (and find ECONNRESET here, EOF or a reset there). */
 void rd_fail_qp(r2s_tp_state_t *st, const char *why)
 {
-  if (__atomic_exchange_n(&st->broken, -ECONNRESET, __ATOMIC_ACQ_REL)) return;
+  int none = 0;
+  if (!__atomic_compare_exchange_n(&st->broken, &none, -ECONNRESET, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
   /* A peer that ended its side destroys its queue pair with its close,
    * and a credit or a write of ours still on its way then fails after the
    * retries: the connection's end, which TCP reports as it would, not a
@@ -88,6 +91,61 @@ void rd_fail_qp(r2s_tp_state_t *st, const char *why)
   if (fd >= 0) (void)r2s__libc.shutdown(fd, SHUT_RDWR);
 }
 
+/* The channel failed under the connection (the device's retries ran out,
+ * the queue pair or the device died): the TCP connection may well live,
+ * and the link moves the stream onto it without losing a byte (lost(),
+ * stop(), unacked()). Not where TCP says the connection is over anyway,
+ * nor where the peer ended its side and read every byte we wrote (its
+ * close destroyed its queue pair: the normal end). The link hears of it
+ * from its own calls (lost()), or from the progress thread (rd_tell_lost),
+ * never from here: this may run under our locks. */
+void rd_lose_qp(r2s_tp_state_t *st, const char *why)
+{
+  if (rd_tcp_reset(st) || rd_peer_done(st)) {
+    rd_fail_qp(st, why);
+    return;
+  }
+  int none = 0;
+  if (!__atomic_compare_exchange_n(&st->broken, &none, -ENOLINK, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    r2s__warn("RDMA channel failed (%s): its connections go on over TCP", why);
+  else
+    r2s__info("RDMA channel failed (%s): the connection goes on over TCP", why);
+}
+
+/* A work completion in error: a fault of the peer's making resets the
+ * connection, anything else is the channel's loss. */
+void rd_fail_wc(r2s_tp_state_t *st, int status)
+{
+  const char *why = R2S_V(ibv_wc_status_str)((enum ibv_wc_status)status);
+  switch (status) {
+  case IBV_WC_REM_ACCESS_ERR:
+  case IBV_WC_REM_INV_REQ_ERR:
+  case IBV_WC_REM_OP_ERR:
+  case IBV_WC_LOC_PROT_ERR:
+  case IBV_WC_LOC_ACCESS_ERR:
+  case IBV_WC_LOC_LEN_ERR:
+  case IBV_WC_BAD_RESP_ERR:
+    rd_fail_qp(st, why);
+    break;
+  default:
+    rd_lose_qp(st, why);
+  }
+}
+
+/* From the progress thread, with none of our locks held: a lost channel
+ * is told to the link once, so that an idle connection fails over too. */
+void rd_tell_lost(r2s_tp_state_t *st)
+{
+  if (state_error(st) != -ENOLINK || __atomic_load_n(&st->lost_told, __ATOMIC_ACQUIRE) ||
+      __atomic_exchange_n(&st->lost_told, 1, __ATOMIC_ACQ_REL))
+    return;
+  int fd = rd_own_fd(st);
+  if (fd >= 0 && st->lost) st->lost(st->wake_arg, fd);
+}
+
 /* ---- posting ---- */
 
 /* Takes the send completions there are; post_lock held. */
@@ -98,13 +156,13 @@ void rd_reap_locked(r2s_tp_state_t *st)
   while ((k = ibv_poll_cq(st->scq, 16, wc)) > 0) {
     for (int i = 0; i < k; i++) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        rd_fail_qp(st, R2S_V(ibv_wc_status_str)(wc[i].status));
+        rd_fail_wc(st, wc[i].status);
         continue;
       }
       st->sq_out -= (unsigned)wc[i].wr_id;
     }
   }
-  if (k < 0) rd_fail_qp(st, "cannot poll the send queue");
+  if (k < 0) rd_lose_qp(st, "cannot poll the send queue");
 }
 
 /* Waits until `need` send slots are free; post_lock held, and let go
@@ -131,8 +189,8 @@ int rd_wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline, bo
     }
     if (r2s__now_ns() > deadline) {
       if (soft) return -ETIMEDOUT;
-      rd_fail_qp(st, "send queue stuck");
-      return -ECONNRESET;
+      rd_lose_qp(st, "send queue stuck");
+      return state_error(st);
     }
     /* The queue frees within a round trip; past a few polls, let the
      * CPU go (on a small machine the NIC, or Soft-RoCE, needs it). */
@@ -177,8 +235,8 @@ int rd_post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool 
   struct ibv_send_wr *bad;
   int rc = ibv_post_send(st->qp, wr, &bad);
   if (rc) {
-    rd_fail_qp(st, "cannot post a send");
-    return -ECONNRESET;
+    rd_lose_qp(st, "cannot post a send");
+    return state_error(st);
   }
   st->sq_out += n;
   return 0;

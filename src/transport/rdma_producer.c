@@ -39,8 +39,7 @@ static bool sq_freed(r2s_tp_state_t *st)
 
 ssize_t rd_space(r2s_tp_state_t *st)
 {
-  int err = state_error(st);
-  if (err) return err;
+  if (state_error(st)) return rd_stuck(st);
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   /* A full send queue is a full ring to the writer: it waits (and is
    * woken) the same way (rd_sleep_tx). */
@@ -100,8 +99,7 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
 
 ssize_t rd_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
 {
-  int err = state_error(st);
-  if (err) return err;
+  if (state_error(st)) return rd_stuck(st);
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   uint64_t from = st->peer.tail;
   if (peer_imm(st)) {
@@ -123,11 +121,22 @@ ssize_t rd_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip
     __atomic_store_n(&st->peer.ctl->tail, from, __ATOMIC_SEQ_CST);
     return 0;
   }
-  if (rc < 0) return rc;
+  if (rc < 0) {
+    /* Posted or not, the bytes are in our copy, from which a failover
+     * resends what the peer lacks (unacked): they count as put. */
+    if (rc == -ENOLINK) return n;
+    return rc;
+  }
   /* Before the caller looks at armed_rx (take_peer_rx_sleeper): the
    * progress thread arms, then reads this (Dekker, within the process). */
   __atomic_store_n(&st->tx_posted, st->peer.tail, __ATOMIC_SEQ_CST);
   return n;
+}
+
+int rd_unacked(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2])
+{
+  if (!st->attached) return from == 0 ? 0 : -EPROTO;
+  return r2s__ring_unacked(&st->peer, from, iov);
 }
 
 uint64_t rd_produced(r2s_tp_state_t *st)

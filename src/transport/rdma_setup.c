@@ -152,6 +152,7 @@ int rd_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *con
   if (st->dupfd < 0) goto err_errno;
   if (r2s__sock_ino(st->dupfd, &st->dup_ino) < 0) goto err_errno;
   st->wake = conn->wake;
+  st->lost = conn->lost;
   st->wake_arg = conn->arg;
 
   r2s_offer_rdma_t o = {

@@ -68,6 +68,9 @@ struct r2s_tp_state_s {
    * atomic: see tx_limit. */
   uint32_t sndbuf;
   bool wide; /* holds one of the process's wide rings (offer_size) */
+  /* stop() was called (both link locks; read by put and space under
+   * tx_lock, by peer_tx_closed without a lock) */
+  bool stopped;
 };
 
 #define NAME_PREFIX "/r2s-"
@@ -466,6 +469,7 @@ static ssize_t room_under(uint64_t limit, uint64_t size, ssize_t free)
 
 static ssize_t shm_space(r2s_tp_state_t *st)
 {
+  if (__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE)) return 0;
   if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   uint64_t limit = tx_limit(st);
   ssize_t sp = room_under(limit, st->peer.size, r2s__ring_space(&st->peer));
@@ -496,6 +500,7 @@ static ssize_t backed_room(r2s_tp_state_t *st, size_t want)
 
 static ssize_t shm_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip, size_t max)
 {
+  if (__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE)) return 0;
   if (__atomic_load_n(&st->peer.ctl->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   uint64_t limit = tx_limit(st);
   if (limit < st->peer.size) {
@@ -636,7 +641,32 @@ static void shm_size_buffers(r2s_tp_state_t *st, uint32_t sndbuf, uint32_t rcvbu
 
 static bool shm_peer_tx_closed(r2s_tp_state_t *st)
 {
-  return __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+  return !__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE) &&
+         __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Shared memory fails only with the connection; a link stops it when
+ * told to fail over (R2SOCK_FAIL_AFTER). Our ring then ends at what we
+ * read, so the peer resends all it holds (the resend gets exercised),
+ * unless the peer closed its side: its FIN may have followed, and no
+ * resend could, so the ring ends where the peer's bytes did. */
+static int shm_stop(r2s_tp_state_t *st, uint64_t *rx_end)
+{
+  if (!__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE)) {
+    ssize_t avail = r2s__ring_avail(&st->own);
+    if (avail < 0) return (int)avail;
+    bool closed = __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+    if (r2s__ring_freeze(&st->own, closed ? st->own.tail : st->own.head) < 0) return -EPROTO;
+    __atomic_store_n(&st->stopped, true, __ATOMIC_RELEASE);
+  }
+  *rx_end = st->own.tail;
+  return 0;
+}
+
+static int shm_unacked(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2])
+{
+  if (!st->attached) return from == 0 ? 0 : -EPROTO;
+  return r2s__ring_unacked(&st->peer, from, iov);
 }
 
 static void shm_close_tx(r2s_tp_state_t *st)
@@ -693,6 +723,8 @@ const r2s_transport_t r2s__transport_shm = {
     .take_peer_rx_sleeper = shm_take_peer_rx_sleeper,
     .take_peer_tx_sleeper = shm_take_peer_tx_sleeper,
     .peer_shares_cpu = shm_peer_shares_cpu,
+    .stop = shm_stop,
+    .unacked = shm_unacked,
     .peer_tx_closed = shm_peer_tx_closed,
     .close_tx = shm_close_tx,
     .close_rx = shm_close_rx,
