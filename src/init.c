@@ -14,6 +14,7 @@
 #include "conn.h"
 #include "fdtable.h"
 #include "libc.h"
+#include "link.h"
 #include "log.h"
 #include "options.h"
 #include "readiness.h"
@@ -170,6 +171,7 @@ __attribute__((destructor)) static void r2s_destructor(void)
 {
   if (!__atomic_load_n(&r2s__ready, __ATOMIC_ACQUIRE)) return;
   r2s__rdma_exit(1000);
+  r2s__link_failover_exit(1000);
   /* Most peers end at about the time we do; a peer that reads late gets a
    * lingerer instead of a wait (exit used to wait 1 s and then let late
    * frames reset the connection). */

@@ -91,6 +91,9 @@ void r2s__link_free(r2s_link_t *l);
 /* In a fork() child (conn.c's handler, for every live connection): the
  * link's locks start unlocked, whatever thread of the parent held them. */
 void r2s__link_fork_child(r2s_link_t *l);
+/* At exit: gives the threads still resending a failover's bytes
+ * (failover.c) up to ms milliseconds to finish. */
+void r2s__link_failover_exit(int ms);
 
 /* The process is about to confine its system calls (sandbox.h): a link on
  * which nothing of the protocol is under way settles on plain TCP in both

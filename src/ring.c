@@ -26,6 +26,7 @@ int r2s__ring_attach_split(r2s_ring_t *r, void *ctl, void *data, uint64_t size)
   if (!size_ok(size)) return -EINVAL;
   r->ctl = ctl;
   r->data = data;
+  r->frozen = false;
   r->size = size;
   r->mask = size - 1;
   r->head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE);

@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "clock.h"
 #include "libc.h"
@@ -99,6 +100,16 @@ void lk_transport_lost(void *arg, int fd)
 
 static void *push_backlog(void *arg);
 
+static int pushers; /* atomic: push_backlog threads running */
+
+void r2s__link_failover_exit(int ms)
+{
+  for (int i = 0; i < ms && __atomic_load_n(&pushers, __ATOMIC_ACQUIRE); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* A thread pushes the backlog while the application does not: it holds a
  * reference on the link and a duplicate of the socket of its own. */
 static void start_pusher(r2s_link_t *l, int fd)
@@ -114,7 +125,9 @@ static void start_pusher(r2s_link_t *l, int fd)
   if (ok) {
     args[0] = l, args[1] = (void *)(intptr_t)dup, args[2] = (void *)(uintptr_t)sb.st_ino;
     (void)pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    __atomic_add_fetch(&pushers, 1, __ATOMIC_ACQ_REL);
     ok = pthread_create(&t, &a, push_backlog, args) == 0;
+    if (!ok) __atomic_sub_fetch(&pushers, 1, __ATOMIC_ACQ_REL);
     pthread_attr_destroy(&a);
   }
   if (!ok) {
@@ -134,7 +147,7 @@ static void *push_backlog(void *arg)
   for (;;) {
     /* The application may have closed our duplicate's number and reused
      * it (closefrom): then it is not ours to write to. */
-    if (!r2s__still_sock(fd, ino)) return (r2s__link_free(l), NULL);
+    if (!r2s__still_sock(fd, ino)) break;
     r2s__lock(&l->tx_lock);
     int rc = l->backlog ? lk_flush_ctrl(l, fd) : 0;
     bool done = !l->backlog || (rc < 0 && rc != -EAGAIN) || FAILED(l);
@@ -143,8 +156,9 @@ static void *push_backlog(void *arg)
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     (void)r2s__libc.poll(&p, 1, 1000);
   }
-  r2s__libc.close(fd);
+  if (r2s__still_sock(fd, ino)) r2s__libc.close(fd);
   r2s__link_free(l);
+  __atomic_sub_fetch(&pushers, 1, __ATOMIC_ACQ_REL);
   return NULL;
 }
 
@@ -160,6 +174,13 @@ static int answer_peer_locked(r2s_link_t *l, int fd, uint64_t at)
     return 0;
   }
   if (l->tx_state != R2S_TX_RING) return 0;
+  if (l->plain_unsent) {
+    /* Our PLAIN (urgent data) already says the ring ends at what we put,
+     * which the peer's stopped ring may not hold: no resend can go
+     * before the bytes queued behind it. */
+    lk_fail_tx(l, -ECONNRESET, "the ring's channel failed as the direction went back to TCP");
+    return 0;
+  }
   uint64_t produced = TP(l)->produced(TPS(l));
   if (l->tx_shut) {
     /* Our FIN followed the flush, which saw every byte placed: the peer

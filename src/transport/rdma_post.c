@@ -101,6 +101,7 @@ void rd_fail_qp(r2s_tp_state_t *st, const char *why)
  * never from here: this may run under our locks. */
 void rd_lose_qp(r2s_tp_state_t *st, const char *why)
 {
+  if (state_error(st)) return; /* told once (a failed queue flushes every request in it) */
   if (rd_tcp_reset(st) || rd_peer_done(st)) {
     rd_fail_qp(st, why);
     return;

@@ -1,5 +1,6 @@
 /* The SPSC byte ring: wrap-around, iovecs, peeking, a full ring, hostile
- * indices, and a producer and consumer thread moving checksummed bytes. */
+ * indices, a producer and consumer thread moving checksummed bytes, and
+ * what a failover needs (a frozen ring, the producer's unacked bytes). */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -240,6 +241,48 @@ static void test_two_threads(void **state)
   assert_int_equal(got, STREAM_BYTES);
 }
 
+/* A failover: the consumer freezes its ring at an offset between what it
+ * took and what arrived, and sees nothing past it whatever the producer
+ * writes later; the producer hands out the bytes from that offset on,
+ * across the wrap, and refuses offsets the consumer cannot have. */
+static void test_freeze_and_unacked(void **state)
+{
+  (void)state;
+  r2s_ring_t p, c;
+  assert_int_equal(r2s__ring_attach(&p, mem, SIZE), 0);
+  assert_int_equal(r2s__ring_attach(&c, mem, SIZE), 0);
+  uint8_t buf[SIZE], out[SIZE];
+  for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 7 + 3);
+  /* move the indices near the end of the data, so the unacked bytes wrap */
+  assert_int_equal(put(&p, buf, 3000), 3000);
+  assert_int_equal(get(&c, out, 3000, false), 3000);
+  assert_int_equal(r2s__ring_space(&p), SIZE);
+  assert_int_equal(put(&p, buf, 2000), 2000); /* offsets 3000..5000 */
+  assert_int_equal(get(&c, out, 500, false), 500);
+  assert_int_equal(r2s__ring_avail(&c), 1500);
+  /* beyond what arrived, or before what was taken: refused */
+  assert_int_equal(r2s__ring_freeze(&c, 5001), -EINVAL);
+  assert_int_equal(r2s__ring_freeze(&c, 3499), -EINVAL);
+  assert_int_equal(r2s__ring_freeze(&c, 4000), 0);
+  assert_int_equal(put(&p, buf, 100), 100); /* lands, but past the end */
+  assert_int_equal(r2s__ring_avail(&c), 500);
+  assert_int_equal(get(&c, out, SIZE, false), 500);
+  assert_memory_equal(out, buf + 500, 500);
+  assert_int_equal(get(&c, out, SIZE, false), 0);
+  /* the producer's side: what lies from 4000 to its tail (5100) */
+  assert_int_equal(r2s__ring_space(&p), SIZE - 1100);
+  struct iovec iov[2];
+  assert_int_equal(r2s__ring_unacked(&p, 4000, iov), 2);
+  assert_int_equal(iov[0].iov_len + iov[1].iov_len, 1100);
+  assert_int_equal(iov[0].iov_len, SIZE - (4000 % SIZE));
+  assert_memory_equal(iov[0].iov_base, buf + 1000, iov[0].iov_len);
+  assert_memory_equal(iov[1].iov_base, buf + 1000 + iov[0].iov_len, 1000 - iov[0].iov_len);
+  assert_memory_equal((uint8_t *)iov[1].iov_base + 1000 - iov[0].iov_len, buf, 100);
+  assert_int_equal(r2s__ring_unacked(&p, 5100, iov), 0);
+  assert_int_equal(r2s__ring_unacked(&p, 5101, iov), -EPROTO);
+  assert_int_equal(r2s__ring_unacked(&p, 3999, iov), -EPROTO);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -250,6 +293,7 @@ int main(void)
       cmocka_unit_test_setup_teardown(test_full_ring_and_iovecs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_indices, setup, teardown),
       cmocka_unit_test_setup_teardown(test_two_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_freeze_and_unacked, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
