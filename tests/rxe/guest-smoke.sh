@@ -21,7 +21,9 @@
 #      application that closes the descriptors from 512 up and reuses their
 #      numbers keeps its own sockets untouched (fd_takeover)
 #   5. a fault: the client is killed mid-transfer; the server ends (EOF or
-#      ECONNRESET) within a bound, with no hang
+#      ECONNRESET) within a bound, with no hang; a failover: the client's
+#      ring fails mid-stream (R2SOCK_FAIL_AFTER), both directions go on
+#      over TCP, every byte verified, both ends count it
 #   6. resources: with a memlock limit too small for the rings (and without
 #      CAP_IPC_LOCK), both ends stay on TCP, bytes verified, and the stats
 #      count tcp_no_resources; an end that may pin without bound (wide
@@ -293,6 +295,20 @@ step "ring-fit: the server used 2 MiB of its wide ring" \
 step "ring-fit: the client copied 2 MiB of it" \
   grep -q 'RDMA rings: ours 2097152 of 2097152 bytes, the peer.s 2097152 of 8388608' "$LOGDIR/ring-fit.client.log"
 step "fault: the server had upgraded to RDMA" r2s_stats_check /xfer/stats.fault 1 conn_rdma 1
+
+# Failover: the client's ring fails after 1 MiB of its bytes (the test
+# option R2SOCK_FAIL_AFTER stops its queue pair as a link outage would);
+# the server's writes then fail on its own queue pair, both ends move the
+# stream to TCP, each resending from its copy of the other's ring what the
+# other's stopped ring lacks: both directions verified, no error, and each
+# end counted its failover.
+rm -f /xfer/stats.failover
+serve_and_connect failover 7005 \
+  "env $RDMA_ENV R2SOCK_LOG=info R2SOCK_STATS_FILE=/xfer/stats.failover $SC server --host $IP --port 7005 --once --timeout 60" \
+  "env $RDMA_ENV R2SOCK_LOG=info R2SOCK_FAIL_AFTER=1M R2SOCK_STATS_FILE=/xfer/stats.failover $SC client --host $IP --port 7005 --bytes 24M --bidir --timeout 60"
+step "failover: both ends upgraded to RDMA" r2s_stats_check /xfer/stats.failover 2 conn_rdma 1
+step "failover: both ends failed over" r2s_stats_check /xfer/stats.failover 2 failovers 1 1
+step "failover: nothing was reset" r2s_stats_check /xfer/stats.failover 2 reset_rdma 0 0
 
 # What plain TCP does, over RDMA (tests/integration/tcp_exact_peer.py, both
 # ends in one process): a closed socket leaves its epoll sets, a connection
