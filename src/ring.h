@@ -110,7 +110,8 @@ ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t sk
 ssize_t r2s__ring_avail(r2s_ring_t *r);
 /* Producer: the bytes put from stream offset `from` to the tail, in at
  * most two pieces (the count), or -EPROTO if `from` lies before the
- * head last checked (those bytes may be overwritten) or past the tail. */
+ * head last checked (those bytes may be overwritten) or past the tail.
+ * The consumer has taken everything before that head. */
 int r2s__ring_unacked(const r2s_ring_t *r, uint64_t from, struct iovec iov[2]);
 /* Consumer: from now on the ring holds the bytes up to `at` and no more
  * (what the producer writes later is not read): head <= at <= the tail

@@ -178,14 +178,14 @@ typedef struct r2s_transport_s {
    * That lies between what we consumed and what arrived, and not before a
    * close of the peer's that we saw. A second call returns the same.
    * Both link locks held; does not wait.
-   * unacked() gives the bytes this end put into the peer's ring from
-   * stream offset `from` (the peer's rx_end) to produced(), in at most
-   * two pieces (the count, or -EPROTO if `from` lies before what the
-   * peer had taken or past produced()); valid until release(). tx_lock
+   * unacked() gives the bytes this end put into the peer's ring that the
+   * peer may lack: from the peer's head as this end last saw it (*from,
+   * a stream offset) to produced(), in at most two pieces (the count, or
+   * -EPROTO for a head the peer broke); valid until release(). tx_lock
    * held. */
   bool (*lost)(r2s_tp_state_t *st);
   int (*stop)(r2s_tp_state_t *st, uint64_t *rx_end);
-  int (*unacked)(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2]);
+  int (*unacked)(r2s_tp_state_t *st, uint64_t *from, struct iovec iov[2]);
 
   /* The peer's producer said it will write no more (after its last byte). */
   bool (*peer_tx_closed)(r2s_tp_state_t *st);

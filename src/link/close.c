@@ -163,7 +163,7 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
     ssize_t left = TP(l)->avail(TPS(l));
     size_t one = 1;
     ring_unread =
-        left > 0 && !(l->rx_state == R2S_RX_RING && l->rx_plain_pending && lk_ring_ends_here(l, &one));
+        left > 0 && !(l->rx_state == R2S_RX_RING && l->rx_plain_pending && lk_ring_ends_here(l, -1, &one));
     if (TP(l)->close_rx) TP(l)->close_rx(TPS(l));
   }
   bool peer_quiet = (l->rx_state == R2S_RX_PROBE || l->rx_state == R2S_RX_PREMARK) &&

@@ -49,15 +49,16 @@ static void plain_sent_locked(r2s_link_t *l, int fd)
  * frame has left, and no byte goes behind it before. tx_lock held. */
 int lk_queue_plain_locked(r2s_link_t *l, int reason)
 {
-  return lk_queue_plain_at_locked(l, reason, l->tx_state == R2S_TX_RING ? TP(l)->produced(TPS(l)) : 0);
+  return lk_queue_last_frame_locked(l, R2S_FRAME_PLAIN, reason,
+                                    l->tx_state == R2S_TX_RING ? TP(l)->produced(TPS(l)) : 0);
 }
 
-/* The same, the ring ending at stream offset `at` (a failover's: the
- * bytes past it go behind the frame, failover.c). */
-int lk_queue_plain_at_locked(r2s_link_t *l, int reason, uint64_t at)
+/* The same for any frame after which the direction is plain TCP: PLAIN,
+ * or a failover's FAILOVER (failover.c). */
+int lk_queue_last_frame_locked(r2s_link_t *l, int type, int reason, uint64_t at)
 {
   uint8_t f[R2S_FRAME_HDR_LEN + 8];
-  r2s__frame_u64_encode(R2S_FRAME_PLAIN, at, f, sizeof f);
+  r2s__frame_u64_encode((uint8_t)type, at, f, sizeof f);
   int rc = lk_queue_ctrl(l, f, sizeof f);
   if (rc) return rc;
   l->plain_reason = reason;
@@ -80,7 +81,7 @@ int lk_flush_ctrl(r2s_link_t *l, int fd)
   if (__atomic_load_n(&l->ring_unsent, __ATOMIC_RELAXED))
     __atomic_store_n(&l->ring_unsent, false, __ATOMIC_RELEASE);
   if (l->plain_unsent) plain_sent_locked(l, fd);
-  /* A failover's resent bytes go right behind our PLAIN, before any
+  /* A failover's resent bytes go right behind our FAILOVER, before any
    * other byte of the application's. */
   return l->backlog ? lk_flush_backlog_locked(l, fd) : 0;
 }
@@ -185,7 +186,7 @@ void lk_transport_wake(void *arg, int fd)
  * caller has no descriptor; the doorbell waits for the next holder. */
 void lk_tx_unlock(r2s_link_t *l, int fd)
 {
-  if (fd >= 0 && (l->failover_owed || l->peer_lost_owed)) lk_failover_owed_locked(l, fd);
+  if (fd >= 0 && l->failover_owed) lk_failover_owed_locked(l, fd);
   for (;;) {
     if (fd >= 0 && __atomic_load_n(&l->doorbell_owed, __ATOMIC_SEQ_CST) &&
         __atomic_exchange_n(&l->doorbell_owed, 0, __ATOMIC_SEQ_CST))

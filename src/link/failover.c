@@ -6,22 +6,27 @@
  * An end that learns of the loss (its transport's lost(), from its own
  * calls or its progress thread; the peer's FAILOVER frame; the test knob
  * R2SOCK_FAIL_AFTER) stops its rings, the transport's stop(): our ring
- * ends at rx_lost_at and no byte written into it later is read, nothing
- * more goes into the peer's. It sends FAILOVER(rx_lost_at): "my ring
- * holds your stream up to here". An end that reads the peer's
- * FAILOVER(at) ends its send direction's ring with a PLAIN frame at `at`
- * and sends, behind it over plain TCP, the bytes it had put into the ring
- * from `at` on (unacked(): the peer never took them, so they are still
- * in our copy of its ring; the backlog), then the application's. The
- * reader reads its ring up to rx_lost_at and then TCP, as after any
- * PLAIN. Its own FAILOVER goes before its PLAIN: nothing but application
- * bytes may follow a PLAIN.
+ * ends at rx_lost_at, and no byte written into it later is read; nothing
+ * more goes into the peer's. It then sends FAILOVER, the last frame of
+ * its send direction: with the stream offset h from which it resends,
+ * the head of the peer's ring as it last saw it, followed by the bytes it
+ * had put into the ring from h on (unacked(): the peer took nothing past
+ * h, so they are still in our copy of its ring; the backlog), then the
+ * application's, all plain TCP. A direction still on DATA frames sends
+ * FAILOVER "none" and stays on them.
+ *
+ * The reader of FAILOVER h reads its own ring up to where it ends, then
+ * TCP, dropping the first rx_lost_at - h resent bytes: it had them
+ * already (h is never past what it took). No end waits for the other:
+ * an end that already shut its side down (its FIN is out, so it can send
+ * nothing) had its bytes placed before that, and the peer finds the loss
+ * by its own device.
  *
  * The backlog is pushed by every call that flushes the control queue
  * (lk_flush_ctrl), and by a thread of its own while the application
  * does not write (a reader waiting for the answer to bytes still in the
  * backlog would wait for ever); close() waits for it, as the bytes exist
- * nowhere else. */
+ * nowhere else, and exit up to 1 s. */
 #include "internal.h"
 
 #include <poll.h>
@@ -162,104 +167,104 @@ static void *push_backlog(void *arg)
   return NULL;
 }
 
-/* Our answer to the peer's FAILOVER(at): the send direction's ring ends
- * at `at`, and what we put there past it goes behind our PLAIN. tx_lock
- * held, our FAILOVER already queued. */
-static int answer_peer_locked(r2s_link_t *l, int fd, uint64_t at)
+#define NONE UINT64_MAX /* FAILOVER's offset for a direction not in a ring */
+
+/* Our FAILOVER: the last frame of the send direction, with what goes
+ * behind it. Returns false while it cannot be queued yet. tx_lock held,
+ * our rings stopped. */
+static bool send_failover_locked(r2s_link_t *l, int fd)
 {
+  uint8_t f[R2S_FRAME_HDR_LEN + 8];
   if (l->tx_state == R2S_TX_FRAMES) {
-    /* The peer's ring never had a byte of ours; DATA frames go on. */
-    if (at != 0) return -EPROTO;
+    /* Not inside a DATA frame still being sent. The peer's ring never
+     * gets our bytes: DATA frames go on. */
+    if (l->tx_data_left) return false;
+    r2s__frame_u64_encode(R2S_FRAME_FAILOVER, NONE, f, sizeof f);
+    if (sizeof l->tx_pending - l->tx_pending_len < sizeof f) (void)lk_flush_ctrl(l, fd);
+    if (lk_queue_ctrl(l, f, sizeof f) < 0) return false;
     l->no_ring = true;
-    return 0;
+    (void)lk_flush_ctrl(l, fd);
+    return true;
   }
-  if (l->tx_state != R2S_TX_RING) return 0;
+  /* Plain already (nothing can say it), or our FIN is out: every byte we
+   * put was placed before it (the flush waited for the device). */
+  if (l->tx_state != R2S_TX_RING || l->tx_shut) return true;
   if (l->plain_unsent) {
-    /* Our PLAIN (urgent data) already says the ring ends at what we put,
-     * which the peer's stopped ring may not hold: no resend can go
-     * before the bytes queued behind it. */
+    /* Our PLAIN (urgent data) says the ring ends at what we put, which
+     * the peer's stopped ring may not hold, and nothing may follow it
+     * but plain bytes. */
     lk_fail_tx(l, -ECONNRESET, "the ring's channel failed as the direction went back to TCP");
-    return 0;
+    return true;
   }
-  uint64_t produced = TP(l)->produced(TPS(l));
-  if (l->tx_shut) {
-    /* Our FIN followed the flush, which saw every byte placed: the peer
-     * has them all, or the flush gave up on it. */
-    if (at != produced) lk_fail_tx(l, -ECONNRESET, "the ring's channel failed after our shutdown");
-    return 0;
-  }
+  if (sizeof l->tx_pending - l->tx_pending_len < sizeof f) (void)lk_flush_ctrl(l, fd);
+  if (sizeof l->tx_pending - l->tx_pending_len < sizeof f) return false;
   struct iovec iov[2];
-  int k = TP(l)->unacked(TPS(l), at, iov);
-  if (k < 0) return -EPROTO;
-  size_t len = (size_t)(produced - at);
+  uint64_t from;
+  int k = TP(l)->unacked(TPS(l), &from, iov);
+  if (k < 0) {
+    lk_fail_tx(l, k, "the peer broke its ring's head");
+    return true;
+  }
+  size_t len = 0;
+  for (int i = 0; i < k; i++) len += iov[i].iov_len;
   if (len) {
     l->backlog = malloc(len);
     if (!l->backlog) {
       lk_fail_tx(l, -ENOMEM, "no memory for the bytes to resend");
-      return 0;
+      return true;
     }
     size_t off = 0;
-    for (int i = 0; i < k; i++) memcpy(l->backlog + off, iov[i].iov_base, iov[i].iov_len), off += iov[i].iov_len;
+    for (int i = 0; i < k; off += iov[i].iov_len, i++) memcpy(l->backlog + off, iov[i].iov_base, iov[i].iov_len);
     l->backlog_len = len, l->backlog_off = 0;
     __atomic_store_n(&l->backlog_left, 1, __ATOMIC_RELEASE);
   }
-  if (lk_queue_plain_at_locked(l, R2S_REASON_NONE, at) < 0) {
-    /* No room behind our FAILOVER yet: flushed, then asked again. */
-    free(l->backlog);
-    l->backlog = NULL, l->backlog_len = 0;
-    __atomic_store_n(&l->backlog_left, 0, __ATOMIC_RELEASE);
-    return -EAGAIN;
-  }
-  r2s__debug("the peer's ring ends at %llu: %zu bytes resent over TCP", (unsigned long long)at, len);
+  (void)lk_queue_last_frame_locked(l, R2S_FRAME_FAILOVER, R2S_REASON_NONE, from);
+  r2s__debug("send direction back on TCP: %zu bytes resent from ring offset %llu", len, (unsigned long long)from);
   (void)lk_flush_ctrl(l, fd);
   if (l->backlog) start_pusher(l, fd);
-  return 0;
+  return true;
 }
 
-/* Queues what failover owes the peer: our FAILOVER, then our answer to
- * its own. tx_lock held. */
 void lk_failover_owed_locked(r2s_link_t *l, int fd)
 {
-  if (l->failover_owed) {
-    uint8_t f[R2S_FRAME_HDR_LEN + 8];
-    r2s__frame_u64_encode(R2S_FRAME_FAILOVER, l->rx_lost_at, f, sizeof f);
-    /* Not inside a DATA frame still being sent, nor behind our PLAIN
-     * (then the direction is plain TCP and the peer reads no frame from
-     * it: it learns of the loss by its own, or stays on DATA frames). */
-    if (l->plain_unsent || l->tx_state == R2S_TX_PLAIN || l->tx_state == R2S_TX_PROBE) {
-      l->failover_owed = false;
-    } else if (l->tx_data_left == 0) {
-      if (sizeof l->tx_pending - l->tx_pending_len < sizeof f) (void)lk_flush_ctrl(l, fd);
-      if (lk_queue_ctrl(l, f, sizeof f) == 0) {
-        l->failover_owed = false;
-        (void)lk_flush_ctrl(l, fd);
-      }
-    }
-  }
-  if (!l->failover_owed && l->peer_lost_owed) {
-    int rc = answer_peer_locked(l, fd, l->peer_lost_at);
-    if (rc != -EAGAIN) l->peer_lost_owed = false;
-    if (rc == -EPROTO) lk_fail_tx(l, rc, "the peer's FAILOVER names bytes we never put in its ring");
-  }
+  if (l->failover_owed && !FAILED(l) && send_failover_locked(l, fd)) l->failover_owed = false;
 }
 
-/* The peer's FAILOVER(at) came. rx_lock held. */
-int lk_peer_lost_locked(r2s_link_t *l, int fd, uint64_t at)
+/* The peer's FAILOVER h (NONE: its direction was not in our ring). rx_lock
+ * held. */
+int lk_peer_lost_locked(r2s_link_t *l, int fd, uint64_t h)
 {
-  if (!TPS(l)) return -EPROTO;
+  if (!TPS(l) || l->peer_lost) return -EPROTO; /* one a connection */
+  l->peer_lost = true;
   r2s__lock(&l->tx_lock);
-  int rc = 0;
-  if (l->peer_lost) {
-    rc = -EPROTO; /* one FAILOVER a connection */
-  } else {
-    l->peer_lost = true;
-    l->peer_lost_at = at;
-    l->peer_lost_owed = true;
-    lk_lose_locked(l, fd);
-    lk_failover_owed_locked(l, fd);
-  }
+  lk_lose_locked(l, fd);
   lk_tx_unlock(l, fd);
-  return rc;
+  if (FAILED(l) || h == NONE) return 0;
+  /* The peer's bytes went into our ring (its RING frame came before
+   * this), and it resends from no further than what we took. */
+  if (l->rx_state != R2S_RX_RING || l->rx_plain_pending || h > TP(l)->consumed(TPS(l))) return -EPROTO;
+  l->rx_plain_pending = true;
+  l->rx_plain_at = l->rx_lost_at;
+  l->rx_skip = l->rx_lost_at - h;
+  return RETRY;
+}
+
+/* Drops the resent bytes we had already, as they arrive: true once they
+ * are gone (or the stream ended). rx_lock held. */
+bool lk_skip_resent(r2s_link_t *l, int fd)
+{
+  uint8_t junk[16384];
+  while (l->rx_skip) {
+    ssize_t n = lk_krecv(fd, junk, l->rx_skip < sizeof junk ? (size_t)l->rx_skip : sizeof junk, MSG_DONTWAIT);
+    if (n == -EAGAIN) return false;
+    if (n <= 0) { /* the end, or an error the application's next read gets from the kernel's keeper */
+      if (n < 0) lk_keep_sock_err(l, n);
+      l->rx_skip = 0;
+      break;
+    }
+    l->rx_skip -= (uint64_t)n;
+  }
+  return true;
 }
 
 /* Pushes the backlog: 0 when it has all gone, -EAGAIN while some is left.
@@ -280,11 +285,9 @@ int lk_flush_backlog_locked(r2s_link_t *l, int fd)
   return 0;
 }
 
-/* close() or shutdown() of our sending side on a lost link: the peer's
- * FAILOVER says which of our ring bytes it lacks, and those bytes exist
- * nowhere else; our FIN must follow them. Waits for the FAILOVER (reading
- * the peer's frames) and for the backlog to leave, up to 10 s without
- * progress. No lock held. */
+/* close() or shutdown() of our sending side on a lost link: the resent
+ * bytes exist nowhere else, and our FIN must follow them. Waits while the
+ * peer takes them, up to 10 s without progress. No lock held. */
 void lk_failover_before_close(r2s_link_t *l, int fd)
 {
   if (!LOST(l)) return;
@@ -292,21 +295,19 @@ void lk_failover_before_close(r2s_link_t *l, int fd)
   size_t left = SIZE_MAX;
   for (;;) {
     r2s__lock(&l->tx_lock);
-    if (l->failover_owed || l->peer_lost_owed) lk_failover_owed_locked(l, fd);
+    if (l->failover_owed) lk_failover_owed_locked(l, fd);
     if (l->backlog) (void)lk_flush_ctrl(l, fd);
-    bool awaits = l->tx_state == R2S_TX_RING && !l->peer_lost && !l->tx_shut;
-    bool busy = (awaits || l->backlog || l->peer_lost_owed) && !FAILED(l) && !__atomic_load_n(&l->rx_eof, __ATOMIC_ACQUIRE);
+    bool busy = (l->backlog || l->failover_owed) && !FAILED(l);
     size_t now_left = l->backlog ? l->backlog_len - l->backlog_off : 0;
     lk_tx_unlock(l, fd);
     if (!busy) return;
     int64_t now = r2s__now_ns();
     if (now_left != left) moved = now, left = now_left;
     if (now - moved > 10 * 1000000000ll) {
-      r2s__warn("failover at close: the peer did not answer or take our bytes for 10 s (%zu not sent)", now_left);
+      r2s__warn("failover at close: the peer took none of our resent bytes for 10 s (%zu not sent)", now_left);
       return;
     }
-    if (awaits) lk_pump_from_sender(l, fd, true);
-    struct pollfd p = {.fd = fd, .events = awaits ? POLLIN : POLLOUT};
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
     r2s__lock_debug_blocking("poll");
     (void)r2s__libc.poll(&p, 1, 100);
   }

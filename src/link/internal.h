@@ -167,15 +167,14 @@ struct r2s_link_s {
   int doorbell_owed; /* atomic: a progress thread found tx_lock taken (lk_transport_wake) */
 
   /* Failover (failover.c): the channel under the rings failed. */
-  int lost;             /* atomic: our rings are stopped (set with both locks held) */
-  uint64_t rx_lost_at;  /* where our ring ends: what our FAILOVER says (both locks to set) */
-  bool failover_owed;   /* tx_lock: our FAILOVER waits for room (or for a DATA frame to end) */
-  bool peer_lost;       /* tx_lock: the peer's FAILOVER came, saying peer_lost_at */
-  bool peer_lost_owed;  /* tx_lock: ... and its answer (our PLAIN) waits behind our FAILOVER */
-  uint64_t peer_lost_at;
-  uint8_t *backlog;     /* tx_lock: bytes of ours the peer lacks, to go behind our PLAIN */
+  int lost;            /* atomic: our rings are stopped (set with both locks held) */
+  uint64_t rx_lost_at; /* where our ring ends (both locks to set) */
+  bool peer_lost;      /* rx_lock: the peer's FAILOVER came */
+  uint64_t rx_skip;    /* rx_lock: resent bytes we had already, to drop after the ring */
+  bool failover_owed;  /* tx_lock: our FAILOVER waits for room (or for a DATA frame to end) */
+  uint8_t *backlog;    /* tx_lock: bytes of ours the peer may lack, to go behind our FAILOVER */
   size_t backlog_len, backlog_off;
-  int backlog_left;     /* atomic: backlog not all sent (no passthrough before) */
+  int backlog_left; /* atomic: backlog not all sent (no passthrough before) */
 };
 
 enum { R2S_OFFER_NONE, R2S_OFFER_MAKING, R2S_OFFER_MADE };
@@ -262,7 +261,7 @@ static inline bool lk_tx_in_ring(const r2s_link_t *l)
    * POLLOUT says when it can leave. */
   return __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) == R2S_TX_RING &&
          !__atomic_load_n(&l->ring_unsent, __ATOMIC_ACQUIRE) &&
-         !__atomic_load_n(&l->plain_unsent, __ATOMIC_ACQUIRE);
+         !__atomic_load_n(&l->plain_unsent, __ATOMIC_ACQUIRE) && !__atomic_load_n(&l->lost, __ATOMIC_ACQUIRE);
 }
 
 /* kernel.c */
@@ -293,7 +292,7 @@ void lk_mark_upgraded(r2s_link_t *l);
 void lk_tx_unlock(r2s_link_t *l, int fd);
 int lk_queue_ctrl(r2s_link_t *l, const void *p, size_t len);
 int lk_queue_plain_locked(r2s_link_t *l, int reason);
-int lk_queue_plain_at_locked(r2s_link_t *l, int reason, uint64_t at);
+int lk_queue_last_frame_locked(r2s_link_t *l, int type, int reason, uint64_t at);
 int lk_flush_ctrl(r2s_link_t *l, int fd);
 void lk_send_doorbell_locked(r2s_link_t *l, int fd);
 bool lk_send_decline_locked(r2s_link_t *l, int fd, uint64_t why);
@@ -338,6 +337,7 @@ void lk_lose(r2s_link_t *l, int fd);
 void lk_transport_lost(void *arg, int fd);
 int lk_peer_lost_locked(r2s_link_t *l, int fd, uint64_t at);
 void lk_failover_owed_locked(r2s_link_t *l, int fd);
+bool lk_skip_resent(r2s_link_t *l, int fd);
 int lk_flush_backlog_locked(r2s_link_t *l, int fd);
 void lk_failover_before_close(r2s_link_t *l, int fd);
 
@@ -346,6 +346,6 @@ int lk_atmark(r2s_link_t *l, int fd);
 
 /* recv.c */
 ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags);
-bool lk_ring_ends_here(r2s_link_t *l, size_t *want);
+bool lk_ring_ends_here(r2s_link_t *l, int fd, size_t *want);
 
 #endif

@@ -118,7 +118,7 @@ int lk_atmark(r2s_link_t *l, int fd)
   r2s__lock(&l->rx_lock);
   if (l->rx_state == R2S_RX_RING && l->rx_plain_pending) {
     size_t want = 1;
-    (void)lk_ring_ends_here(l, &want);
+    (void)lk_ring_ends_here(l, fd, &want);
   }
   int st = l->rx_state, v = 0;
   size_t ahead = r2s__readahead_len(&l->rx_ahead);

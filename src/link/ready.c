@@ -42,7 +42,7 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
           (l->rx_state == R2S_RX_RING && TP(l)->avail(TPS(l)) == 0 && lk_pump_is_due(l)))
         lk_read_control_locked(l, fd, false);
       size_t one = 1;
-      if (l->rx_state == R2S_RX_RING && lk_ring_ends_here(l, &one))
+      if (l->rx_state == R2S_RX_RING && lk_ring_ends_here(l, fd, &one))
         *owned &= (short)~POLLIN; /* after PLAIN: the kernel's answer stands again */
       if (FAILED(l))
         rev |= POLLIN | POLLERR;
@@ -65,11 +65,6 @@ static short link_poll(r2s_link_t *l, int fd, short events, short *owned, bool a
     /* Read ahead: readable although the kernel may hold nothing. */
     *owned |= POLLIN;
     rev |= POLLIN;
-  }
-  if ((events & POLLOUT) && lk_tx_in_ring(l) && LOST(l) && r2s__trylock(&l->rx_lock) == 0) {
-    /* A lost ring's writer waits for the peer's FAILOVER (failover.c). */
-    lk_read_control_locked(l, fd, true);
-    lk_rx_unlock(l, fd);
   }
   if ((events & POLLOUT) && lk_tx_in_ring(l)) {
     *owned |= POLLOUT;
@@ -121,7 +116,7 @@ bool r2s__link_edge_gen(r2s_link_t *l, short bit, uint64_t *gen)
   if (bit != POLLIN || r2s__readahead_len(&l->rx_ahead) || r2s__trylock(&l->rx_lock) != 0)
     return false;
   size_t one = 1;
-  if (l->rx_state == R2S_RX_RING && !l->rx_shut && !l->rx_eof && !lk_ring_ends_here(l, &one)) {
+  if (l->rx_state == R2S_RX_RING && !l->rx_shut && !l->rx_eof && !lk_ring_ends_here(l, -1, &one)) {
     ssize_t av = TP(l)->avail(TPS(l));
     if (av >= 0) {
       /* The end of the stream is a change too: it must not pass for the

@@ -131,12 +131,18 @@ static void credit_wakeup(r2s_link_t *l, int fd)
 }
 
 /* The peer went back to plain TCP after its ring's first rx_plain_at bytes
- * (PLAIN frame): the ring is read up to there, then the kernel takes over. */
-bool lk_ring_ends_here(r2s_link_t *l, size_t *want)
+ * (PLAIN frame, or FAILOVER): the ring is read up to there, then the
+ * kernel takes over, after the resent bytes we had already are dropped
+ * (failover.c; fd < 0: not now). */
+bool lk_ring_ends_here(r2s_link_t *l, int fd, size_t *want)
 {
   if (!l->rx_plain_pending) return false;
   uint64_t consumed = TP(l)->consumed(TPS(l));
   if (consumed >= l->rx_plain_at) {
+    if (l->rx_skip && (fd < 0 || !lk_skip_resent(l, fd))) {
+      *want = 0;
+      return false;
+    }
     set_rx(l, R2S_RX_PLAIN);
     lk_settle_plain(l);
     return true;
@@ -150,7 +156,7 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   bool peek = (flags & MSG_PEEK) != 0;
   size_t want = r2s__iov_total(iov, cnt);
   for (int pass = 0; pass < 2; pass++) {
-    if (lk_ring_ends_here(l, &want)) return RETRY;
+    if (lk_ring_ends_here(l, fd, &want)) return RETRY;
     ssize_t n = TP(l)->get(TPS(l), iov, cnt, want, peek);
     if (n > 0) {
       if (!peek) credit_wakeup(l, fd);
@@ -182,7 +188,7 @@ static ssize_t rx_ring(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     if (pass > 0 || !lk_pump_is_due(l)) break;
     int rc = lk_pump_control(l, fd);
     if (rc < 0) return rc;
-    if (l->rx_plain_pending && lk_ring_ends_here(l, &want)) return RETRY;
+    if (l->rx_plain_pending && lk_ring_ends_here(l, fd, &want)) return RETRY;
   }
   return -EAGAIN;
 }

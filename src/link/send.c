@@ -141,7 +141,6 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
   }
   /* The kernel checks for an error before it takes a byte. */
   n = __atomic_load_n(&l->sock_err, __ATOMIC_ACQUIRE) ? -EAGAIN : RETRY;
-  bool pumped = false;
   while (n == RETRY) {
     if (FAILED(l)) {
       n = -EPIPE;
@@ -222,16 +221,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
         break;
       }
       if (l->tx_state != R2S_TX_RING) continue; /* our PLAIN frame left: TCP from here */
-      if (LOST(l)) {
-        /* The peer's FAILOVER says where our bytes go on (failover.c):
-         * read it, once a call; until it comes, the ring is full. */
-        if (!pumped) {
-          pumped = true;
-          lk_tx_unlock(l, fd);
-          lk_pump_from_sender(l, fd, true);
-          r2s__lock(&l->tx_lock);
-          continue;
-        }
+      if (LOST(l)) { /* our FAILOVER waits for room (failover.c) */
         n = -EAGAIN;
         break;
       }

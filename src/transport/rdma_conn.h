@@ -232,6 +232,7 @@ uint64_t rd_produced(r2s_tp_state_t *st);
 bool rd_take_peer_rx_sleeper(r2s_tp_state_t *st);
 void rd_sleep_tx(r2s_tp_state_t *st, bool on);
 void rd_close_tx(r2s_tp_state_t *st);
+int rd_unacked(r2s_tp_state_t *st, uint64_t *from, struct iovec iov[2]);
 
 /* rdma_consumer.c */
 void rd_take_recvs_locked(r2s_tp_state_t *st);
@@ -243,6 +244,5 @@ void rd_sleep_rx(r2s_tp_state_t *st, bool on);
 bool rd_peer_tx_closed(r2s_tp_state_t *st);
 bool rd_lost(r2s_tp_state_t *st);
 int rd_stop(r2s_tp_state_t *st, uint64_t *rx_end);
-int rd_unacked(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2]);
 
 #endif

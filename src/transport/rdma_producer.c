@@ -133,10 +133,15 @@ ssize_t rd_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip
   return n;
 }
 
-int rd_unacked(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2])
+/* The head is the last credit the peer's consumer wrote into our credit
+ * line before our queue pair stopped. */
+int rd_unacked(r2s_tp_state_t *st, uint64_t *from, struct iovec iov[2])
 {
-  if (!st->attached) return from == 0 ? 0 : -EPROTO;
-  return r2s__ring_unacked(&st->peer, from, iov);
+  *from = 0;
+  if (!st->attached) return 0;
+  if (r2s__ring_space(&st->peer) < 0) return -EPROTO;
+  *from = st->peer.head;
+  return r2s__ring_unacked(&st->peer, *from, iov);
 }
 
 uint64_t rd_produced(r2s_tp_state_t *st)

@@ -647,9 +647,10 @@ static bool shm_peer_tx_closed(r2s_tp_state_t *st)
 
 /* Shared memory fails only with the connection; a link stops it when
  * told to fail over (R2SOCK_FAIL_AFTER). Our ring then ends at what we
- * read, so the peer resends all it holds (the resend gets exercised),
- * unless the peer closed its side: its FIN may have followed, and no
- * resend could, so the ring ends where the peer's bytes did. */
+ * read, so everything the peer resends past that is new to us (the
+ * resend gets exercised), unless the peer closed its side: its FIN may
+ * have followed, and no resend could, so the ring ends where the peer's
+ * bytes did. */
 static int shm_stop(r2s_tp_state_t *st, uint64_t *rx_end)
 {
   if (!__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE)) {
@@ -663,10 +664,13 @@ static int shm_stop(r2s_tp_state_t *st, uint64_t *rx_end)
   return 0;
 }
 
-static int shm_unacked(r2s_tp_state_t *st, uint64_t from, struct iovec iov[2])
+static int shm_unacked(r2s_tp_state_t *st, uint64_t *from, struct iovec iov[2])
 {
-  if (!st->attached) return from == 0 ? 0 : -EPROTO;
-  return r2s__ring_unacked(&st->peer, from, iov);
+  *from = 0;
+  if (!st->attached) return 0;
+  if (r2s__ring_space(&st->peer) < 0) return -EPROTO;
+  *from = st->peer.head;
+  return r2s__ring_unacked(&st->peer, *from, iov);
 }
 
 static void shm_close_tx(r2s_tp_state_t *st)
