@@ -234,15 +234,18 @@ void lk_failover_owed_locked(r2s_link_t *l, int fd)
  * held. */
 int lk_peer_lost_locked(r2s_link_t *l, int fd, uint64_t h)
 {
-  if (!TPS(l) || l->peer_lost) return -EPROTO; /* one a connection */
+  /* One a connection. A direction in our ring (its RING frame came before
+   * this) resends from no further than what we took; one that is not
+   * says NONE. */
+  bool in_ring = l->rx_state == R2S_RX_RING;
+  if (!TPS(l) || l->peer_lost || l->rx_plain_pending || in_ring != (h != NONE) ||
+      (in_ring && h > TP(l)->consumed(TPS(l))))
+    return -EPROTO;
   l->peer_lost = true;
   r2s__lock(&l->tx_lock);
   lk_lose_locked(l, fd);
   lk_tx_unlock(l, fd);
-  if (FAILED(l) || h == NONE) return 0;
-  /* The peer's bytes went into our ring (its RING frame came before
-   * this), and it resends from no further than what we took. */
-  if (l->rx_state != R2S_RX_RING || l->rx_plain_pending || h > TP(l)->consumed(TPS(l))) return -EPROTO;
+  if (FAILED(l) || !in_ring) return 0;
   l->rx_plain_pending = true;
   l->rx_plain_at = l->rx_lost_at;
   l->rx_skip = l->rx_lost_at - h;

@@ -897,6 +897,8 @@ static const lie_t lies[] = {
     {"ring-offset", EXPECT_CLOSED, "RING frame with an offset past the ring"},
     {"data-after-ring", EXPECT_CLOSED, "a DATA frame after RING"},
     {"plain-past", EXPECT_CLOSED, "PLAIN frame with an offset past anything written, then EOF"},
+    {"failover-past", EXPECT_CLOSED, "FAILOVER resending from past anything the server took, then plain TCP"},
+    {"failover-none", EXPECT_CLOSED, "FAILOVER saying our direction was never in the server's ring, which it is"},
     {"plain-past-late", EXPECT_CLOSED,
      "the same after our whole stream went as DATA frames: only the server's writer is left to read it"},
     {"trunc-hdr-eof", EXPECT_CLOSED, "switch mark, 5 bytes of a frame header, EOF"},
@@ -1833,7 +1835,7 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
   }
   /* The rest lie on the frames or in the rings, then wait for the end. */
   if (IS("tail-past") || IS("tail-back") || IS("head-past") || IS("head-back") || IS("data-after-ring") ||
-      IS("plain-past")) {
+      IS("plain-past") || IS("failover-past") || IS("failover-none")) {
     if (IS("tail-past") || IS("tail-back") || IS("data-after-ring")) l->tx_cap = 256 << 10;
     if (!honest_rings(l)) {
       *ok = false;
@@ -1868,6 +1870,11 @@ static enum expect run_case(liar_t *l, const char *kase, const struct run_opts *
     } else if (IS("plain-past")) {
       (void)run_until(l, header_sent, 10);
       plain_past(l);
+    } else if (IS("failover-past") || IS("failover-none")) {
+      (void)run_until(l, header_sent, 10);
+      send_u64(l, R2S_FRAME_FAILOVER, IS("failover-past") ? 1ull << 40 : UINT64_MAX);
+      send_all(l, "and now plain TCP", 17, 0);
+      shutdown(l->fd, SHUT_WR);
     }
     l->bad++;
     doorbell(l);
