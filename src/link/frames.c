@@ -341,8 +341,11 @@ void lk_read_control_locked(r2s_link_t *l, int fd, bool read_ahead)
       if (t <= 0) {
         if (t == 0)
           set_rx_eof(l);
-        else if (t != -EAGAIN)
+        else if (t == -EPROTO || t == -EPROTONOSUPPORT || t == -ENOMEM)
           lk_fail(l, t, "bad frame from the peer");
+        /* -EAGAIN, or the kernel's error (a reset), which lk_read_frame
+         * kept for the application: it reads what came before it first,
+         * as from TCP. */
         break;
       }
       if (t == R2S_FRAME_DATA) {
