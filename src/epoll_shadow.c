@@ -1,6 +1,7 @@
 /* The per-epoll-fd registry of the application's registrations, its
  * wake-up socket, and the forget and fork handlers (epoll_shadow.h). */
 #include "epoll_shadow.h"
+#include "epoll_index.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -39,12 +40,15 @@ void r2s__epoll_fork_done(void)
 
 /* In the child, a registry's lock may have been held by a thread that is
  * not there: every registry on the list (consistent: sets_lock was held
- * across the fork) gets a fresh one. */
+ * across the fork) gets a fresh one, and its index is relinked from the
+ * entries, which that thread may have left half linked. */
 void r2s__epoll_fork_child(void)
 {
   for (unsigned k = 0; regs && k < nsets; k++) {
     r2s_ep_reg_t *r = __atomic_load_n(&regs[sets[k]], __ATOMIC_ACQUIRE);
-    if (r) pthread_mutex_init(&r->lock, NULL);
+    if (!r) continue;
+    pthread_mutex_init(&r->lock, NULL);
+    r2s__ep_reindex(r);
   }
   pthread_mutex_unlock(&sets_lock);
 }
@@ -186,7 +190,7 @@ void r2s__epoll_closed(int fd)
    * application's own use-after-close; the registry goes with the fd. */
   wake_close(r);
   pthread_mutex_destroy(&r->lock);
-  free(r->v);
+  r2s__ep_clear(r);
   free(r);
 }
 
@@ -207,11 +211,10 @@ void r2s__epoll_forget(int fd, r2s_conn_t *c)
     r2s_ep_reg_t *r = __atomic_load_n(&regs[sets[k]], __ATOMIC_ACQUIRE);
     if (!r) continue;
     pthread_mutex_lock(&r->lock);
-    for (unsigned i = 0; i < r->n; i++) {
-      if (r->v[i].fd != fd || !r2s__ep_same_conn(&r->v[i], c)) continue;
+    r2s_ep_entry_t *e = r2s__ep_find_fd(r, fd);
+    if (e && r2s__ep_same_conn(e, c)) {
       (void)r2s__libc.epoll_ctl(sets[k], EPOLL_CTL_DEL, fd, NULL);
-      r->v[i] = r->v[--r->n];
-      break;
+      r2s__ep_remove(r, e);
     }
     pthread_mutex_unlock(&r->lock);
   }
@@ -224,7 +227,7 @@ void r2s__epoll_created(int epfd)
   r2s_ep_reg_t *r = r2s__epoll_reg(epfd, false);
   if (!r) return;
   pthread_mutex_lock(&r->lock);
-  r->n = 0;
+  r2s__ep_clear(r);
   wake_close(r); /* registered in the old set, not in this one */
   pthread_mutex_unlock(&r->lock);
 }
@@ -235,26 +238,19 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
   r2s_ep_reg_t *r = r2s__epoll_reg(epfd, c != NULL && op == EPOLL_CTL_ADD);
   if (r) {
     pthread_mutex_lock(&r->lock);
-    unsigned i = 0;
-    while (i < r->n && r->v[i].fd != fd) i++;
+    r2s_ep_entry_t *e = r2s__ep_find_fd(r, fd);
     if (op == EPOLL_CTL_DEL) {
-      if (i < r->n) r->v[i] = r->v[--r->n];
-    } else if (c && ev) {
-      if (i == r->n && op == EPOLL_CTL_ADD) {
-        if (r->n == r->cap) {
-          unsigned cap = r->cap ? r->cap * 2 : 16;
-          r2s_ep_entry_t *v = realloc(r->v, cap * sizeof *v);
-          if (v) r->v = v, r->cap = cap;
-        }
-        if (r->n < r->cap)
-          r->n++;
-        else
-          i = r->n; /* out of memory: the kernel's answer stands for it */
-      }
-      if (i < r->n)
-        r->v[i] = (r2s_ep_entry_t){
-            .fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c, .conn_id = c->id};
-      if (i < r->n) r2s__conn_set_flag(c, R2S_CONN_EPOLLED, true);
+      if (e) r2s__ep_remove(r, e);
+    } else if (c && ev && (e || op == EPOLL_CTL_ADD)) {
+      /* ADD over an entry left by a socket the kernel dropped from the
+       * set (closed) renews it, as MOD does. */
+      r2s_ep_entry_t now = {
+          .fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c, .conn_id = c->id};
+      if (e)
+        r2s__ep_set(r, e, &now);
+      else
+        e = r2s__ep_add(r, &now); /* NULL, out of memory: the kernel's answer stands for it */
+      if (e) r2s__conn_set_flag(c, R2S_CONN_EPOLLED, true);
     }
     pthread_mutex_unlock(&r->lock);
   }

@@ -10,7 +10,10 @@
  *    a new epoll fd takes the number. Entries hold the registration as the
  *    application made it (fd, events, data) and which connection it was
  *    made for (r2s__ep_same_conn): the kernel drops closed sockets from its sets
- *    by itself, and the fd number may belong to a newer connection.
+ *    by itself, and the fd number may belong to a newer connection. The
+ *    entries are indexed by fd and by data (epoll_index.h), so that
+ *    epoll_ctl and the translation of a kernel event back to its
+ *    registration do not walk the set.
  *  - The application's last close of a carried connection takes it out of
  *    every set (r2s__epoll_forget), as the kernel's close would.
  *  - The set's wake-up (r2s_ep_wake_t) ends the sleep of the threads
@@ -18,7 +21,8 @@
  *    with its ring already ready; a wait never reports it.
  *  - Lock order: the list of sets (sets_lock in epoll_shadow.c), a set's
  *    registry lock (lock), then a link's locks, only tried. The registry
- *    lock is never held across a call that can block.
+ *    lock guards the entries, their index, the wake-up and the round; it
+ *    is never held across a call that can block.
  */
 #ifndef R2S_EPOLL_SHADOW_H
 #define R2S_EPOLL_SHADOW_H
@@ -41,6 +45,7 @@ typedef struct r2s_ep_entry_s {
   unsigned round;     /* the epoll_wait call that last reported it */
   uint8_t et_have;    /* EPOLLET: which of et_gen hold a reported state (bit 0 IN, 1 OUT) */
   uint64_t et_gen[2]; /* EPOLLET: r2s__link_edge_gen when EPOLLIN, EPOLLOUT were last reported */
+  unsigned next[2];   /* the index's chains by fd and by data (epoll_index.h) */
 } r2s_ep_entry_t;
 
 /* A connection added (or modified) while another thread already sleeps in
@@ -62,8 +67,12 @@ typedef struct r2s_ep_wake_s {
 
 typedef struct r2s_ep_reg_s {
   pthread_mutex_t lock;
+  /* The entries and their index (heads NULL: none; 1 << bits buckets by
+   * fd, as many by data), changed only through epoll_index.h; r->lock. */
   r2s_ep_entry_t *v;
   unsigned n, cap;
+  unsigned *heads;
+  unsigned bits;
   unsigned round;     /* counts epoll_wait calls, to report an entry once per call */
   r2s_ep_wake_t wake; /* r->lock */
   uint64_t poke;      /* the poke socket registered in the set (poke.h; 0: none), r->lock */

@@ -10,7 +10,7 @@
 
 #include "clock.h"
 #include "conn.h"
-#include "epoll_shadow.h"
+#include "epoll_index.h"
 #include "libc.h"
 #include "link.h"
 #include "poke.h"
@@ -172,11 +172,9 @@ static int filter(r2s_ep_reg_t *r, struct epoll_event *done, int ndone, struct e
   for (int j = 0; j < k; j++) {
     uint32_t events = ev[j].events;
     if (r2s__epoll_is_wake(r, &ev[j])) continue;
-    for (unsigned i = 0; i < r->n; i++) {
-      r2s_ep_entry_t *e = &r->v[i];
-      if (e->data != ev[j].data.u64) continue;
-      r2s_conn_t *c = r2s__ready_carried(e->fd);
-      if (!c) break;
+    r2s_ep_entry_t *e = r2s__ep_find_data(r, ev[j].data.u64);
+    r2s_conn_t *c = e ? r2s__ready_carried(e->fd) : NULL;
+    if (c) {
       if (r2s__ep_same_conn(e, c)) {
         if (e->round == r->round) {
           merge_reported(c, e, events, done, ndone);
@@ -198,7 +196,6 @@ static int filter(r2s_ep_reg_t *r, struct epoll_event *done, int ndone, struct e
         }
       }
       r2s__conn_put(c);
-      break;
     }
     if (events & ~(uint32_t)(EPOLLET | EPOLLONESHOT)) {
       ev[j].events = events;
