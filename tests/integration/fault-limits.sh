@@ -48,25 +48,16 @@ needs_rings "limits are the shim's business: nothing to check without it" "no ri
 # pair PREFIX_SERVER PREFIX_CLIENT BYTES: server and client (each prefix a
 # string of words, may be empty), client in the foreground; sets SRC, CRC.
 pair() {
-  local ps=$1 pc=$2 bytes=$3 port spid
-  rm -f "$TMP/ready"
-  mkfifo "$TMP/ready"
-  shim_at "$TMP/server.stats"
+  local ps=$1 pc=$2 bytes=$3
   # shellcheck disable=SC2086 # the prefixes are word lists
-  $ps "${SHIM_AT[@]}" "$SC" server --host 127.0.0.1 --port 0 --ready-fd 3 --timeout 60 3>"$TMP/ready" \
-    >"$TMP/server.log" 2>&1 &
-  spid=$!
-  LIVE+=("$spid")
-  port=
-  read -r -t 20 port <"$TMP/ready" || true
-  [[ -n $port ]] || fail "the server reported no port: $(cat "$TMP/server.log")"
+  sc_server "$TMP/server.stats" $ps -- --timeout 60
   shim_at "$TMP/client.stats"
   CRC=0
   # shellcheck disable=SC2086
-  timeout -k 5 60 $pc "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$port" --bytes "$bytes" --bidir \
+  timeout -k 5 60 $pc "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$SC_PORT" --bytes "$bytes" --bidir \
     --timeout 50 >"$TMP/client.log" 2>&1 || CRC=$?
   SRC=0
-  wait "$spid" || SRC=$?
+  wait "$SC_PID" || SRC=$?
 }
 
 # like_tcp: both ends verified every byte; the client counted no_resources.
@@ -167,16 +158,8 @@ EOF
     ;;
   reset)
     command -v ss >/dev/null || skip "ss is not installed"
-    rm -f "$TMP/ready"
-    mkfifo "$TMP/ready"
-    shim_at "$TMP/server.stats"
-    "${SHIM_AT[@]}" "$SC" server --host 127.0.0.1 --port 0 --ready-fd 3 --timeout 60 3>"$TMP/ready" \
-      >"$TMP/server.log" 2>&1 &
-    spid=$!
-    LIVE+=("$spid")
-    port=
-    read -r -t 20 port <"$TMP/ready" || true
-    [[ -n $port ]] || fail "the server reported no port"
+    sc_server "$TMP/server.stats" -- --timeout 60
+    spid=$SC_PID port=$SC_PORT
     shim_at "$TMP/client.stats"
     "${SHIM_AT[@]}" "$SC" client --host 127.0.0.1 --port "$port" --bytes 64G --bidir --timeout 60 \
       >"$TMP/client.log" 2>&1 &

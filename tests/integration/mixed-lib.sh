@@ -19,10 +19,13 @@
 #   us_now         microseconds since the epoch, without a fork
 #   needs_rings WHY_NO_SHIM WHY_NEVER
 #                  the preamble of the tests that mean something only where
-#                  rings can be made (fault-limits.sh, security.sh): SC is
-#                  stream_check; skips, with the reason given, without the
-#                  shim or under R2SOCK_UPGRADE=never; live_cleanup at exit;
-#                  the test makes its own path checks
+#                  rings can be made (fault-limits.sh, security.sh,
+#                  failover.sh): SC is stream_check; skips, with the reason
+#                  given, without the shim or under R2SOCK_UPGRADE=never;
+#                  live_cleanup at exit; the test makes its own path checks
+#   sc_server STATS [PREFIX...] -- [ARGS...]
+#                  stream_check's server in the background (see below);
+#                  sets SC_PID and SC_PORT
 #   run_to FILE SECS CMD...
 #                  lib.sh's run() with CMD's stdout and stderr in FILE; a
 #                  failure message shows FILE's tail. (Redirecting around
@@ -79,6 +82,30 @@ needs_rings() {
   [[ ${R2SOCK_UPGRADE:-never} != never ]] || skip "R2SOCK_UPGRADE=never: $2"
   trap live_cleanup EXIT
   R2SOCK_EXPECT_PATH=
+}
+
+# sc_server STATS [PREFIX...] -- [ARGS...]: stream_check's server on
+# 127.0.0.1, on a port of its choosing, under shim_at STATS behind the
+# command PREFIX (may be empty; no word of it is --), with ARGS, in the
+# background (in LIVE). Its output goes to server.log in SC_DIR (default
+# $TMP), where its port comes back through a fifo anybody may write (the
+# server may run as another user). Sets SC_PID, and SC_PORT once it
+# listens.
+sc_server() {
+  local stats=$1 dir=${SC_DIR:-$TMP} prefix=() SHIM_AT
+  shift
+  while (($#)) && [[ $1 != -- ]]; do prefix+=("$1"); shift; done
+  (($#)) && shift
+  rm -f "$dir/ready"
+  mkfifo -m 0666 "$dir/ready"
+  shim_at "$stats"
+  "${prefix[@]}" "${SHIM_AT[@]}" "$SC" server --host 127.0.0.1 --port 0 --ready-fd 3 "$@" 3>"$dir/ready" \
+    >"$dir/server.log" 2>&1 &
+  SC_PID=$!
+  LIVE+=("$SC_PID")
+  SC_PORT=
+  read -r -t 20 SC_PORT <"$dir/ready" || true
+  [[ -n $SC_PORT ]] || fail "the server reported no port: $(cat "$dir/server.log")"
 }
 
 run_to() {

@@ -45,16 +45,8 @@ MIB=256
 mkdir -p "$OUT"
 chmod 1777 "$TMP" "$OUT"
 serve() {
-  rm -f "$OUT/ready"
-  mkfifo -m 0666 "$OUT/ready"
-  shim_at "$OUT/server.stats"
-  "$@" "${SHIM_AT[@]}" "$SC" server --host 127.0.0.1 --port 0 --ready-fd 3 --timeout 60 3>"$OUT/ready" \
-    >"$OUT/server.log" 2>&1 &
-  SPID=$!
-  LIVE+=("$SPID")
-  PORT=
-  read -r -t 20 PORT <"$OUT/ready" || true
-  [[ -n $PORT ]] || fail "the server reported no port: $(cat "$OUT/server.log")"
+  SC_DIR=$OUT sc_server "$OUT/server.stats" "$@" -- --timeout 60
+  SPID=$SC_PID PORT=$SC_PORT
 }
 
 case $mode in

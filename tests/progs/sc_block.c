@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sc_io.h"
@@ -37,6 +38,30 @@ const char *sc_mode_name(enum sc_mode mode)
   }
 }
 
+static double mono_now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* With a rate, waits until the next n bytes keep the direction's bytes
+ * written within tx_rate a second since its first write. The budget runs
+ * from that first write, so a sender held up (a link that was down) then
+ * catches up at full speed, and the stream's length still fixes its
+ * duration. */
+static void pace(sc_session_t *s, size_t n)
+{
+  if (s->tx_rate == 0) return;
+  double now = mono_now();
+  if (s->tx_start == 0) s->tx_start = now;
+  double wait = s->tx_start + (double)(s->tx_data_bytes + n) / (double)s->tx_rate - now;
+  if (wait <= 0) return;
+  struct timespec d = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+  while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+  }
+}
+
 /* Sends everything that may be sent now; returns when the stream is done or
  * waits for the receive side (the server's trailer). */
 static int tx_run(sc_session_t *s)
@@ -45,6 +70,7 @@ static int tx_run(sc_session_t *s)
   size_t n;
 
   while ((n = sc_tx_peek(s, sc_rand_size(&s->tx_rng), &data)) > 0) {
+    pace(s, n);
     ssize_t w = sc_io_write(s, data, n);
     if (w < 0) {
       if (errno == EINTR) continue;

@@ -25,7 +25,7 @@ int sc_mode_parse(const char *name, enum sc_mode *out);
 const char *sc_mode_name(enum sc_mode mode);
 
 /* Runs one session on a connected blocking socket, on the calling thread
- * (plus a sender thread for SC_F_BIDIR). */
+ * (plus a sender thread for SC_F_BIDIR), its sender paced by s->tx_rate. */
 int sc_block_run(sc_session_t *s);
 
 struct sc_loop {

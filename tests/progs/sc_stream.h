@@ -66,6 +66,9 @@ typedef struct sc_session_s {
   uint64_t tx_rng;          /* write sizes and calls */
   atomic_bool tx_data_done; /* tx_sum is final (read by the rx side) */
   bool tx_shut;             /* shutdown(SHUT_WR) done (SC_F_HALFCLOSE) */
+  uint64_t tx_rate;         /* bytes a second the sender averages at most, 0: no limit
+                             * (set by the caller; sc_block_run paces by it) */
+  double tx_start;          /* CLOCK_MONOTONIC seconds of its first write, 0: none yet */
 
   /* Receiver side. */
   int rx_phase;

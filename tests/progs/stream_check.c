@@ -36,6 +36,7 @@ struct opts {
   unsigned timeout;
   struct sc_params p;
   bool reply_set;
+  uint64_t rate;
 };
 
 static noreturn void usage(void)
@@ -45,11 +46,15 @@ static noreturn void usage(void)
                   "       stream_check client [--host ADDR] --port P [--bytes N] [--reply-bytes N]\n"
                   "                           [--seed S] [--mode M] [--conns N] [--halfclose] [--bidir]\n"
                   "                           [--zero-reads] [--timeout S]\n"
+                  "       either: [--rate N] (with --mode block)\n"
                   "  M: block | nonblock-epoll-et | poll (default block); sizes take K, M, G.\n"
                   "  --v6: listen on an IPv6 dual-stack socket (default host ::).\n"
                   "  --ready-fd: write the listening port to FD once listening (--port 0 picks one).\n"
                   "  --reply-bytes: server-to-client bytes (default: --bytes).\n"
-                  "  --zero-reads: both ends slip a read of no bytes before each read (sc_io.h).\n");
+                  "  --zero-reads: both ends slip a read of no bytes before each read (sc_io.h).\n"
+                  "  --rate: this end sends at most N bytes a second on each connection, on average\n"
+                  "          since its first write (one held up catches up at full speed): a stream\n"
+                  "          that lasts about its length divided by N, e.g. to span an outage.\n");
   exit(SC_EXIT_USAGE);
 }
 
@@ -70,6 +75,7 @@ static void parse(int argc, char **argv, struct opts *o)
       {"halfclose", no_argument, NULL, 'h'},
       {"bidir", no_argument, NULL, 'B'},
       {"zero-reads", no_argument, NULL, 'z'},
+      {"rate", required_argument, NULL, 'T'},
       {NULL, 0, NULL, 0},
   };
   long v;
@@ -134,11 +140,14 @@ static void parse(int argc, char **argv, struct opts *o)
     case 'z':
       o->p.flags |= SC_F_ZERO_READS;
       break;
+    case 'T':
+      if (sc_parse_size(optarg, &o->rate) != 0 || o->rate == 0) usage();
+      break;
     default:
       usage();
     }
   }
-  if (optind != argc || (!o->server && o->port <= 0)) usage();
+  if (optind != argc || (!o->server && o->port <= 0) || (o->rate && o->mode != SC_MODE_BLOCK)) usage();
   if (o->port < 0) o->port = 0;
   if (!o->reply_set) o->p.s2c_bytes = o->p.c2s_bytes;
   if (!o->host && !o->server) o->host = "127.0.0.1";
@@ -250,6 +259,7 @@ static int run_blocking(const struct opts *o, int lfd, sc_session_t **sessions, 
     j->id = i;
     j->s = sc_session_new(o->server ? SC_SERVER : SC_CLIENT, fd, i, &p);
     if (!j->s) sc_die(SC_EXIT_FAIL, "out of memory");
+    j->s->tx_rate = o->rate;
     if (o->server) j->s->peer = sc_peer_kind(fd);
     sessions[(*n)++] = j->s;
     int err = pthread_create(&j->tid, NULL, o->server ? server_job : client_job, j);
