@@ -123,6 +123,10 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
       /* A lie read only now is still a lie: it is reported, and the
        * connection is not given an orderly close. */
       lk_read_control_locked(l, fd, false);
+      /* A failover's resent bytes that we had already (failover.c) are
+       * the shim's, not the application's: those here go now. */
+      size_t one = 1;
+      if (l->rx_plain_pending && l->rx_skip) (void)lk_ring_ends_here(l, fd, &one);
       break;
     }
     if (st != R2S_RX_FRAMES || l->rx_data_left) break;
@@ -199,6 +203,13 @@ void r2s__link_close(r2s_link_t *l, int fd, bool used)
   int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
   bool only_frames = (rx == R2S_RX_RING || (rx == R2S_RX_FRAMES && !l->rx_data_left && !l->rx_hdr_len)) &&
                      !l->rx_plain_pending;
+  /* So it is when the application read our ring to its end and only
+   * resent bytes it had already may be in front of it, or on their way:
+   * the reaper drops them as it reads on, and resets at an application
+   * byte behind them, as the kernel would. */
+  if (rx == R2S_RX_RING && l->rx_plain_pending && l->rx_skip && TPS(l) &&
+      TP(l)->consumed(TPS(l)) >= l->rx_plain_at)
+    only_frames = true;
   if (r2s__readahead_len(&l->rx_ahead) || ring_unread) {
     /* Application bytes read ahead and never read: TCP would answer the
      * close with a reset, as it does for bytes left in the socket. The
