@@ -71,6 +71,7 @@ void r2s__rdma_on_event(r2s_tp_state_t *st)
   int pending = st->pending_sleep;
   st->pending_sleep = 0;
   r2s__unlock(&st->rx_lock);
+  rd_judge(st);
   if (state_error(st)) {
     rd_tell_lost(st);
     return;

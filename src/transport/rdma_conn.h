@@ -150,6 +150,10 @@ struct r2s_tp_state_s {
    * under a live connection (the link fails over), else -ECONNRESET */
   int broken;
   int stopped;   /* stop() was called: our ring is frozen (ring.h) */
+  /* A flushed request, or a post that failed, says the queue pair is in
+   * the error state, not why: rd_judge_locked decides from the send
+   * queue (atomic) */
+  int flush_seen;
   int lost_told; /* the link was told of the loss (conn->lost) */
   void (*lost)(void *, int);
 
@@ -199,8 +203,10 @@ bool rd_tcp_reset(const r2s_tp_state_t *st);
 bool rd_peer_done(const r2s_tp_state_t *st);
 void rd_fail_qp(r2s_tp_state_t *st, const char *why);
 void rd_lose_qp(r2s_tp_state_t *st, const char *why);
-void rd_fail_wc(r2s_tp_state_t *st, int status);
+void rd_fail_wc(r2s_tp_state_t *st, int status, bool recv);
 void rd_tell_lost(r2s_tp_state_t *st);
+void rd_judge_locked(r2s_tp_state_t *st);
+void rd_judge(r2s_tp_state_t *st);
 void rd_reap_locked(r2s_tp_state_t *st);
 int rd_wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline, bool soft);
 bool rd_sq_room_locked(r2s_tp_state_t *st, unsigned need, unsigned reserve);

@@ -42,7 +42,7 @@ void rd_take_recvs_locked(r2s_tp_state_t *st)
     for (int i = 0; i < k; i++) {
       used++;
       if (wc[i].status != IBV_WC_SUCCESS) {
-        rd_fail_wc(st, wc[i].status);
+        rd_fail_wc(st, wc[i].status, true);
         continue;
       }
       if (wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM) continue;
@@ -59,9 +59,9 @@ void rd_take_recvs_locked(r2s_tp_state_t *st)
   }
   if (k < 0) rd_lose_qp(st, "cannot poll the receive queue");
   if (raise) raise_tail(st, st->imm_tail);
-  if (used && !state_error(st)) {
+  if (used && !state_error(st) && !__atomic_load_n(&st->flush_seen, __ATOMIC_ACQUIRE)) {
     if (rd_post_recvs(st, used) < 0)
-      rd_lose_qp(st, "cannot post receives");
+      __atomic_store_n(&st->flush_seen, 1, __ATOMIC_RELEASE); /* judged by rd_judge */
     else
       __atomic_store_n(&st->recvs_done, st->recvs_done + (uint32_t)used, __ATOMIC_RELEASE);
   }
@@ -75,6 +75,7 @@ static void poll_recvs(r2s_tp_state_t *st)
   r2s__lock(&st->rx_lock);
   rd_take_recvs_locked(st);
   r2s__unlock(&st->rx_lock);
+  rd_judge(st);
   if (__atomic_load_n(&st->recvs_done, __ATOMIC_ACQUIRE) - __atomic_load_n(&st->recvs_reported, __ATOMIC_ACQUIRE) >=
       REPORT_EVERY) {
     r2s__lock(&st->post_lock);
@@ -148,6 +149,8 @@ bool rd_peer_tx_closed(r2s_tp_state_t *st)
 
 bool rd_lost(r2s_tp_state_t *st)
 {
+  if (foreign(st)) return false;
+  rd_judge(st);
   return state_error(st) == -ENOLINK;
 }
 

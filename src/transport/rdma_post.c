@@ -117,8 +117,15 @@ void rd_lose_qp(r2s_tp_state_t *st, const char *why)
 }
 
 /* A work completion in error: a fault of the peer's making resets the
- * connection, anything else is the channel's loss. */
-void rd_fail_wc(r2s_tp_state_t *st, int status)
+ * connection; anything else (requests the peer never answered above all)
+ * is the channel's loss.
+ * A flushed request says only that the queue pair is in the error state:
+ * after our requests went unanswered (a completion with the retries'
+ * error comes first in the send queue), or after the peer broke the
+ * rules (a remote access error ends the responder's queue pair too, and
+ * it sees nothing but flushes). It is judged once the send queue was
+ * read (rd_judge_locked). */
+void rd_fail_wc(r2s_tp_state_t *st, int status, bool recv)
 {
   const char *why = R2S_V(ibv_wc_status_str)((enum ibv_wc_status)status);
   switch (status) {
@@ -131,9 +138,40 @@ void rd_fail_wc(r2s_tp_state_t *st, int status)
   case IBV_WC_BAD_RESP_ERR:
     rd_fail_qp(st, why);
     break;
+  case IBV_WC_WR_FLUSH_ERR:
+    __atomic_store_n(&st->flush_seen, 1, __ATOMIC_RELEASE);
+    break;
+  case IBV_WC_LOC_QP_OP_ERR:
+    /* On a receive: the peer sent what our receives never take (a SEND);
+     * on one of our requests, the queue pair's own state. */
+    if (recv) {
+      rd_fail_qp(st, why);
+      break;
+    }
+    /* fall through */
   default:
     rd_lose_qp(st, why);
   }
+}
+
+/* A flush (or a failed post) with no cause seen yet: the send queue's
+ * completions give it, a lost channel if they hold the retries' error;
+ * with none, the queue pair failed by the peer's doing, as before
+ * failover existed: a reset. post_lock held. */
+void rd_judge_locked(r2s_tp_state_t *st)
+{
+  if (!__atomic_load_n(&st->flush_seen, __ATOMIC_ACQUIRE) || state_error(st)) return;
+  rd_reap_locked(st);
+  if (!state_error(st)) rd_fail_qp(st, "Work Request Flushed Error");
+}
+
+/* The same with no lock held. */
+void rd_judge(r2s_tp_state_t *st)
+{
+  if (!__atomic_load_n(&st->flush_seen, __ATOMIC_ACQUIRE) || state_error(st)) return;
+  r2s__lock(&st->post_lock);
+  rd_judge_locked(st);
+  r2s__unlock(&st->post_lock);
 }
 
 /* From the progress thread, with none of our locks held: a lost channel
@@ -157,13 +195,15 @@ void rd_reap_locked(r2s_tp_state_t *st)
   while ((k = ibv_poll_cq(st->scq, 16, wc)) > 0) {
     for (int i = 0; i < k; i++) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        rd_fail_wc(st, wc[i].status);
+        rd_fail_wc(st, wc[i].status, false);
         continue;
       }
       st->sq_out -= (unsigned)wc[i].wr_id;
     }
   }
   if (k < 0) rd_lose_qp(st, "cannot poll the send queue");
+  if (__atomic_load_n(&st->flush_seen, __ATOMIC_ACQUIRE) && !state_error(st))
+    rd_fail_qp(st, "Work Request Flushed Error");
 }
 
 /* Waits until `need` send slots are free; post_lock held, and let go
@@ -236,7 +276,9 @@ int rd_post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool 
   struct ibv_send_wr *bad;
   int rc = ibv_post_send(st->qp, wr, &bad);
   if (rc) {
-    rd_lose_qp(st, "cannot post a send");
+    /* The queue pair is in the error state: why, its completions say. */
+    __atomic_store_n(&st->flush_seen, 1, __ATOMIC_RELEASE);
+    rd_reap_locked(st);
     return state_error(st);
   }
   st->sq_out += n;
