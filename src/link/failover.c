@@ -33,9 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <fcntl.h>
 #include <pthread.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "clock.h"
@@ -119,16 +117,16 @@ void r2s__link_failover_exit(int ms)
  * reference on the link and a duplicate of the socket of its own. */
 static void start_pusher(r2s_link_t *l, int fd)
 {
-  int dup = r2s__libc.fcntl(fd, F_DUPFD_CLOEXEC, 512);
+  ino_t ino;
+  int dup = r2s__keep_fd(fd, &ino);
   if (dup < 0) return; /* the application's own calls push it */
-  struct stat sb;
   pthread_t t;
   pthread_attr_t a;
   __atomic_add_fetch(&l->refs, 1, __ATOMIC_ACQ_REL);
   void **args = malloc(3 * sizeof *args);
-  bool ok = args && fstat(dup, &sb) == 0 && pthread_attr_init(&a) == 0;
+  bool ok = args && pthread_attr_init(&a) == 0;
   if (ok) {
-    args[0] = l, args[1] = (void *)(intptr_t)dup, args[2] = (void *)(uintptr_t)sb.st_ino;
+    args[0] = l, args[1] = (void *)(intptr_t)dup, args[2] = (void *)(uintptr_t)ino;
     (void)pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     __atomic_add_fetch(&pushers, 1, __ATOMIC_ACQ_REL);
     ok = pthread_create(&t, &a, push_backlog, args) == 0;
