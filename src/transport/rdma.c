@@ -55,6 +55,11 @@ void r2s__rdma_on_lost(r2s_tp_state_t *st, const char *why)
   rd_tell_lost(st);
 }
 
+void r2s__rdma_on_tick(r2s_tp_state_t *st)
+{
+  rd_watch(st);
+}
+
 void r2s__rdma_on_event(r2s_tp_state_t *st)
 {
   if (foreign(st)) return;

@@ -30,7 +30,8 @@
  *    progress thread of its device then calls r2s__rdma_on_event(st) for
  *    every completion event of the state's receive CQ, and
  *    r2s__rdma_on_fatal(st) when its queue pair or its device fails (the
- *    device's asynchronous events). r2s__rdma_untrack() returns only once
+ *    device's asynchronous events), and r2s__rdma_on_tick(st) once a
+ *    second. r2s__rdma_untrack() returns only once
  *    the thread is done with the state; after destroying its verbs
  *    objects the state drops its device reference.
  *  - Locks: devs_lock, then live_lock (rdma_dev.c). devs_lock is held only
@@ -96,6 +97,9 @@ void r2s__rdma_on_event(r2s_tp_state_t *st);
  * thread. */
 void r2s__rdma_on_fatal(r2s_tp_state_t *st, const char *why);
 void r2s__rdma_on_lost(r2s_tp_state_t *st, const char *why);
+/* In rdma.c: once a second for every tracked state of the device
+ * (progress thread): the liveness check of its queue pair. */
+void r2s__rdma_on_tick(r2s_tp_state_t *st);
 /* In rdma.c: at exit, waits (until deadline_ns) for st's posted sends. */
 void r2s__rdma_drain(r2s_tp_state_t *st, uint64_t deadline_ns);
 

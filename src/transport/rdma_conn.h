@@ -125,6 +125,12 @@ struct r2s_tp_state_s {
   int sq_full;    /* atomic: a data write found no send slots (space() says 0 until some free) */
   int close_owed; /* post_lock: close_tx found the queue full; the flush posts it */
   uint64_t credit_sent; /* atomic reads outside the lock */
+  /* liveness (post_lock, see rd_watch): signalled requests posted and not
+   * yet completed, completions taken so far, and the progress thread's
+   * watch: the count it last saw and since when (0: not watching) */
+  unsigned sig_out;
+  uint64_t sq_done, watch_done;
+  int64_t watch_since;
 
   /* data immediates (see the top): peer_imm is set by connect, before
    * the peer can write */
@@ -208,6 +214,7 @@ void rd_tell_lost(r2s_tp_state_t *st);
 void rd_judge_locked(r2s_tp_state_t *st);
 void rd_judge(r2s_tp_state_t *st);
 void rd_reap_locked(r2s_tp_state_t *st);
+void rd_watch(r2s_tp_state_t *st);
 int rd_wait_slots_locked(r2s_tp_state_t *st, unsigned need, int64_t deadline, bool soft);
 bool rd_sq_room_locked(r2s_tp_state_t *st, unsigned need, unsigned reserve);
 int rd_post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool signal);

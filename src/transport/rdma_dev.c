@@ -158,6 +158,27 @@ static bool on_async_event(progress_t *pr)
   return false;
 }
 
+/* Runs the liveness check (r2s__rdma_on_tick) of every state of this
+ * device, each marked busy in the thread's slot while it runs, with
+ * live_lock let go (it takes the state's post_lock). Walked from the end,
+ * as r2s__rdma_for_each: a state untracked meanwhile may make another be
+ * seen twice or missed until the next second, which the check bears. */
+static void watch_states(progress_t *pr)
+{
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = nlive; i-- > 0;) {
+    if (i >= nlive || live[i].dev != pr->dev) continue;
+    r2s_tp_state_t *st = live[i].st;
+    busy[pr->slot] = st;
+    pthread_mutex_unlock(&live_lock);
+    r2s__rdma_on_tick(st);
+    pthread_mutex_lock(&live_lock);
+    busy[pr->slot] = NULL;
+    pthread_cond_broadcast(&live_idle);
+  }
+  pthread_mutex_unlock(&live_lock);
+}
+
 /* Once a second: a device nobody has held for IDLE_CLOSE_NS is closed.
  * Returns false when the thread must stop (the device is closed). */
 #define IDLE_CLOSE_NS 2000000000ll
@@ -178,7 +199,10 @@ static bool tick(progress_t *pr)
   }
   pthread_mutex_unlock(&live_lock);
   pthread_mutex_unlock(&devs_lock);
-  if (!idle) return true;
+  if (!idle) {
+    watch_states(pr);
+    return true;
+  }
   r2s__debug("RDMA device %s closed (unused)", d->name);
   close_dev(d);
   return false;

@@ -1,8 +1,9 @@
 /* The RDMA transport's send queue: posting with selective signalling, the
  * accounting of its slots, the credits, receive reports and sleep
  * announcements written into the peer's ring, the receives posted for the
- * peer's immediates; and how the connection ends when its queue pair
- * fails (rdma_conn.h). */
+ * peer's immediates; how the connection ends when its queue pair fails,
+ * and the liveness check that finds a queue pair stalled with no error
+ * (rdma_conn.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -199,6 +200,8 @@ void rd_reap_locked(r2s_tp_state_t *st)
         continue;
       }
       st->sq_out -= (unsigned)wc[i].wr_id;
+      st->sig_out--;
+      st->sq_done++;
     }
   }
   if (k < 0) rd_lose_qp(st, "cannot poll the send queue");
@@ -266,16 +269,19 @@ int rd_post_locked(r2s_tp_state_t *st, struct ibv_send_wr *wr, unsigned n, bool 
   }
   for (unsigned i = 0; i + 1 < n; i++) wr[i].next = &wr[i + 1];
   wr[n - 1].next = NULL;
-  if (signal || st->unsignalled + n >= SIGNAL_EVERY || st->sq_out + n >= SQ_DEPTH / 2) {
+  bool signalled = signal || st->unsignalled + n >= SIGNAL_EVERY || st->sq_out + n >= SQ_DEPTH / 2;
+  if (signalled) {
     wr[n - 1].send_flags |= IBV_SEND_SIGNALED;
     wr[n - 1].wr_id = st->unsignalled + n;
     st->unsignalled = 0;
+    st->sig_out++;
   } else {
     st->unsignalled += n;
   }
   struct ibv_send_wr *bad;
   int rc = ibv_post_send(st->qp, wr, &bad);
   if (rc) {
+    if (signalled) st->sig_out--;
     /* The queue pair is in the error state: why, its completions say. */
     __atomic_store_n(&st->flush_seen, 1, __ATOMIC_RELEASE);
     rd_reap_locked(st);
@@ -348,6 +354,49 @@ int rd_final_credit_locked(r2s_tp_state_t *st)
   if (!st->connected) return 0;
   (void)rd_report_locked(st, 1);
   return write_head_locked(st, __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST), true);
+}
+
+/* The liveness check (docs/rdma.md), from the progress thread once a
+ * second, none of our locks held. Soft-RoCE can leave a queue pair
+ * stalled with no error (after a link outage), so a signalled request
+ * that gets no completion for UNANSWERED_NS, four times the retries'
+ * own bound (about 0.5 s, rd_connect), makes the channel lost and the
+ * link fails over. Unsignalled requests never complete alone: a quiet
+ * connection left with some gets one signalled credit (its current head,
+ * harmless to rewrite). A connection that moves nothing, or whose peer
+ * does not read (credits stop our writes), has nothing outstanding and
+ * is never judged. Cost: a poll of the send queue (no system call) per
+ * connection and second. */
+#define UNANSWERED_NS 2000000000ll
+void rd_watch(r2s_tp_state_t *st)
+{
+  if (foreign(st) || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
+  int64_t now = r2s__now_ns();
+  bool stalled = false;
+  r2s__lock(&st->post_lock);
+  /* Nothing else reaps an idle connection's send queue: a request failed
+   * there (the retries ran out) is found here. */
+  rd_reap_locked(st);
+  if (state_error(st)) {
+    /* found above */
+  } else if (st->sig_out) {
+    if (!st->watch_since || st->sq_done != st->watch_done) {
+      st->watch_done = st->sq_done;
+      st->watch_since = now;
+    } else if (now - st->watch_since >= UNANSWERED_NS) {
+      stalled = true;
+    }
+  } else {
+    st->watch_since = 0;
+    /* Not towards a peer that ended its side: it may have destroyed its
+     * queue pair, and a probe that fails there would end a connection
+     * whose last bytes we may still be reading. */
+    if (st->unsignalled && !peer_ended(st))
+      (void)write_head_locked(st, __atomic_load_n(&st->rx_taken, __ATOMIC_SEQ_CST), true);
+  }
+  r2s__unlock(&st->post_lock);
+  if (stalled) rd_lose_qp(st, "requests unanswered for 2 s");
+  rd_tell_lost(st);
 }
 
 /* Tells the peer we sleep: value into its word at raddr, with an
