@@ -20,17 +20,27 @@
 #      socket stays readable and each of its sleeps returns at once: 10,407
 #      to 14,350 sleeps in 3 s runs that hit it (2 runs in 3), against 65 to
 #      2,335 in runs that did not and with the read-ahead. So at most 6,000.
-#   6. lossless failover over a link outage: iperf3 -t 10 b -> a under
-#      the shim over RDMA; once it runs there (a's rxe0 received 256
-#      packets more) guest a takes eth0 down for OUTAGE (4) s: longer than
-#      the queue pair's retries (about 0.5 s on rxe, then it fails),
-#      shorter than TCP's patience. A connection must be established when
-#      the link goes down and still when it comes back (the outage landed
-#      mid-test); both iperf3 ends exit 0; each side's stats count its two
-#      connections in conn_rdma and at least one failover. Without
-#      failover the queue pair's failure resets the connections
-#      (ECONNRESET, EPIPE).
-# Skipped (3 to 6) when R2SOCK_LIB is empty.
+#   6. lossless failover over a link outage: two checksummed streams
+#      (stream_check --bidir, each end paced to at most 3 MiB/s: 32 MiB
+#      each way, and 8 MiB up with 32 MiB down, whose client has sent most
+#      or all of it by the outage and then only reads) under the shim over
+#      RDMA; once they run there (a's rxe0 received 256 packets more) guest
+#      a takes eth0 down for OUTAGE (4) s: longer than the queue pair's
+#      retries (about 0.5 s on rxe, then it fails), shorter than TCP's
+#      patience. A connection must be established when the link goes down
+#      and still when it comes back (the outage landed mid-stream); every
+#      end exits 0 with every byte verified; the stats count each
+#      connection in conn_rdma (it was on RDMA first) and in failovers (it
+#      went on over TCP) on each side. Without failover the queue pair's
+#      failure resets the connections (ECONNRESET, EPIPE). Soft-RoCE
+#      sometimes leaves a queue pair stalled after the outage with no
+#      error at all (its requester never sends again): without the shim's
+#      liveness check (docs/rdma.md) the streams then hung until the
+#      server's 60 s time-out (2 runs in 3).
+#   7. the same for iperf3 -t 10 b -> a: both iperf3 ends exit 0, each
+#      side's stats count its two connections in conn_rdma and at least
+#      one failover.
+# Skipped (3 to 7) when R2SOCK_LIB is empty.
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
 SRV=10.77.1.1
@@ -147,7 +157,23 @@ else
   step "iperf2: upgraded to RDMA" r2s_stats_check "$stats.i2" 1 conn_rdma 1
   [ "$ROLE" = b ] && step "iperf2: the client's writer sleeps until woken" r2s_stats_check "$stats.i2" 1 waits_sleep 0 6000
 
-  # Last: the outage takes the link down under the RDMA connections.
+  # Last: the outages take the link down under the RDMA connections.
+  # Two streams through one server, from two client processes: one with
+  # much to send both ways, one whose client has sent most or all of its
+  # 8 MiB when the link goes down, and then only reads.
+  rm -f "$stats.fo"
+  # (info: each end logs its ring's failure and where its stream went on)
+  env="env LD_PRELOAD=$R2SOCK_LIB R2SOCK_UPGRADE=now R2SOCK_LOG=info R2SOCK_STATS=1 R2SOCK_STATS_FILE=$stats.fo"
+  cli="$env $sc client --host $SRV --port 7001 --bidir --rate 3M --timeout 60"
+  [ "$ROLE" = a ] && outage_start stream_outage 7001
+  xpair stream_outage 7001 "$env $sc server --host $SRV --port 7001 --conns 2 --rate 3M --timeout 60" \
+    "$cli --bytes 32M & p=\$!; $cli --bytes 8M --reply-bytes 32M --seed 2; r=\$?; wait \$p || r=\$?; exit \$r"
+  [ "$ROLE" = a ] && step "streams, link outage: it landed mid-stream" outage_check stream_outage
+  # a: one process with both connections; b: two with one each
+  if [ "$ROLE" = a ]; then np=1 per=2; else np=2 per=1; fi
+  step "streams, link outage: on RDMA first" r2s_stats_check "$stats.fo" "$np" conn_rdma "$per"
+  step "streams, link outage: failed over to TCP" r2s_stats_check "$stats.fo" "$np" failovers "$per"
+
   rm -f "$stats.fo3"
   [ "$ROLE" = a ] && outage_start iperf3_outage 5202
   IPERF_PORT=5202 IPERF_DUR=10 iperf_pair iperf3_outage \
