@@ -109,40 +109,72 @@ static int populate(const r2s_ring_t *r, uint64_t from, uint64_t to, int advice)
   return madvise(r->data + from, (size_t)(to - from), advice) == 0 ? 0 : -errno;
 }
 
-/* Wide rings: the auto size of a ring made while the CPUs are contended
- * (cpu_busy.h), for a process's first SHM_WIDE_CONNS rings, where /dev/shm
- * has room for SHM_WIDE_ROOM of them. The ring bounds the bytes in flight,
- * and on CPUs shared with other work it is what a writer leaves for its
- * reader between their turns on a CPU: kernel TCP's buffers grow to
- * megabytes there, and a 512 KiB ring made a stream a fraction of kernel
- * TCP's speed once busy threads outnumbered the cores. On free CPUs the
- * reader keeps up, and a ring that fits the caches is faster: a wide one
- * there moved large writes at half the speed. Pages are reserved as a
- * stream reaches them (backed_step), so a wide ring costs a short or slow
- * connection nothing more. A connection keeps its ring's size for life. */
+/* Rings larger than the usual auto size, for a process's first
+ * SHM_WIDE_CONNS live rings, where /dev/shm has room for SHM_WIDE_ROOM
+ * rings of SHM_RING_WIDE (the rest get the usual size):
+ * - What a writer may queue unread. Kernel TCP lets a writer queue its
+ *   send buffer, which the kernel tunes up to net.ipv4.tcp_wmem's largest
+ *   (4 MiB by default), before it blocks; a program that writes that much
+ *   before its peer reads (one thread driving both ends, a request larger
+ *   than a 512 KiB ring, an echo server that reads before it writes back)
+ *   works on TCP and, with a 512 KiB ring, hung under the shim. So a ring
+ *   holds at least tcp_wmem's largest (rounded up to a power of two, at
+ *   most SHM_RING_WIDE).
+ * - The CPUs are contended (cpu_busy.h): then SHM_RING_WIDE. The ring is
+ *   what a writer leaves for its reader between their turns on a CPU, and
+ *   a 512 KiB ring made a stream a fraction of kernel TCP's speed once
+ *   busy threads outnumbered the cores.
+ * Pages are reserved as a stream reaches them (backed_step), so a large
+ * ring costs a short or slow connection nothing more; a ring a stream has
+ * gone round keeps all its pages, hence the cap on live ones. A
+ * connection keeps its ring's size for life. */
 #define SHM_RING_WIDE  (8ull << 20)
-#define SHM_WIDE_CONNS 8u
-#define SHM_WIDE_ROOM  16u
+#define SHM_WIDE_CONNS 16u
+#define SHM_WIDE_ROOM  32u
 static unsigned wide_live;
 
-/* The ring this end offers: R2SOCK_RING_SIZE if set, else a wide one if
- * the CPUs are contended, one of the process's is free and the file
- * system of the segment (fd) has room, else the usual auto size. */
+/* net.ipv4.tcp_wmem's largest send buffer as a ring size: rounded up to
+ * a power of two, at most SHM_RING_WIDE; 0 if it cannot be read. Read
+ * once per process (a later change of the setting is not followed). */
+static uint64_t tcp_send_max(void)
+{
+  static uint64_t cached = UINT64_MAX;
+  uint64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v != UINT64_MAX) return v;
+  unsigned long lo, def, hi = 0;
+  v = 0;
+  FILE *f = fopen("/proc/sys/net/ipv4/tcp_wmem", "re");
+  if (f) {
+    if (fscanf(f, "%lu %lu %lu", &lo, &def, &hi) == 3 && hi > 0) {
+      v = 4096;
+      while (v < hi && v < SHM_RING_WIDE) v <<= 1;
+    }
+    fclose(f);
+  }
+  __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  return v;
+}
+
+/* The ring this end offers: R2SOCK_RING_SIZE if set, else a large one
+ * (see above) while one of the process's is free and the file system of
+ * the segment (fd) has room, else the usual auto size. */
 static uint64_t offer_size(int fd, bool *wide)
 {
   *wide = false;
   if (r2s__opt.ring_size) return r2s__opt.ring_size;
-  /* The cheap look first: with all wide rings taken (a process of many
+  const uint64_t usual = r2s__ring_size(false);
+  /* The cheap look first: with all large rings taken (a process of many
    * connections), an offer reads no /proc file. */
   struct statvfs vfs;
-  if (__atomic_load_n(&wide_live, __ATOMIC_RELAXED) >= SHM_WIDE_CONNS || !r2s__cpus_contended() ||
-      fstatvfs(fd, &vfs) != 0 ||
+  if (__atomic_load_n(&wide_live, __ATOMIC_RELAXED) >= SHM_WIDE_CONNS || fstatvfs(fd, &vfs) != 0 ||
       (uint64_t)vfs.f_bavail * vfs.f_frsize < SHM_WIDE_ROOM * SHM_RING_WIDE)
-    return r2s__ring_size(false);
-  if (!r2s__tp_slot_take(&wide_live, SHM_WIDE_CONNS)) return r2s__ring_size(false);
+    return usual;
+  bool contended = r2s__cpus_contended();
+  uint64_t size = contended ? SHM_RING_WIDE : tcp_send_max();
+  if (size <= usual || !r2s__tp_slot_take(&wide_live, SHM_WIDE_CONNS)) return usual;
   *wide = true;
-  R2S_STAT_INC(rings_wide);
-  return SHM_RING_WIDE;
+  if (contended) R2S_STAT_INC(rings_wide);
+  return size;
 }
 
 static int random_name(char *out)
