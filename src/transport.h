@@ -235,8 +235,11 @@ const r2s_transport_t *r2s__transport_choose(const char *wanted, const r2s_tp_co
 /* Every transport's check() of a peer's HANDSHAKE: 0 or -EPROTO. */
 int r2s__transports_check(const r2s_handshake_t *peer);
 
-/* At process exit: removes ring names whose creator died (shm.c). */
+/* At process exit: removes ring names whose creator died (shm.c), in a
+ * process that made a ring or was told (r2s__shm_peer_may_offer) that it
+ * speaks the protocol on a connection, whose peer may make one for it. */
 void r2s__shm_exit(void);
+void r2s__shm_peer_may_offer(void);
 /* At process exit: lets bytes already posted to RDMA queue pairs leave
  * (up to ms milliseconds in all), as the kernel does for TCP (rdma.c). */
 void r2s__rdma_exit(int ms);

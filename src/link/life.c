@@ -98,6 +98,7 @@ static r2s_link_t *link_new(int rx_state, int tx_state)
   l->pump_due = 1;
   l->policy = r2s__policy_default();
   __atomic_fetch_add(&r2s__links_active, 1, __ATOMIC_RELAXED);
+  r2s__shm_peer_may_offer(); /* a peer's ring left behind by its death is ours to remove at exit */
   return l;
 }
 

@@ -216,12 +216,22 @@ static void sweep_orphans(void)
   closedir(d);
 }
 
-static int used_shm; /* this process made or mapped a ring: sweep at exit too */
+/* This process spoke the protocol on a connection (r2s__shm_peer_may_offer)
+ * or made a ring: a peer may have made a ring for it. */
+static int used_shm;
+
+void r2s__shm_peer_may_offer(void)
+{
+  if (!__atomic_load_n(&used_shm, __ATOMIC_RELAXED)) __atomic_store_n(&used_shm, 1, __ATOMIC_RELEASE);
+}
 
 void r2s__shm_exit(void)
 {
   /* A peer killed between making its ring and our mapping it leaves the
-   * name behind; the survivor is the one left to clean up. */
+   * name behind; the survivor is the one left to clean up, whether or not
+   * it had made a ring of its own by then (a peer killed early, before
+   * ours, left its own with no sweep: fault-kill-early saw it). Named
+   * rings live only until their peer maps them, so the walk is short. */
   if (__atomic_load_n(&used_shm, __ATOMIC_ACQUIRE)) sweep_orphans();
 }
 
