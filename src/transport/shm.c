@@ -41,6 +41,7 @@
 #include "options.h"
 #include "proc.h"
 #include "ring.h"
+#include "sandbox.h"
 #include "stats.h"
 #include "transport.h"
 #include "shm_fd.h"
@@ -232,7 +233,7 @@ void r2s__shm_exit(void)
    * it had made a ring of its own by then (a peer killed early, before
    * ours, left its own with no sweep: fault-kill-early saw it). Named
    * rings live only until their peer maps them, so the walk is short. */
-  if (__atomic_load_n(&used_shm, __ATOMIC_ACQUIRE)) sweep_orphans();
+  if (__atomic_load_n(&used_shm, __ATOMIC_ACQUIRE) && !r2s__sandboxed()) sweep_orphans();
 }
 
 static int shm_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)
