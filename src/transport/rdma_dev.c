@@ -158,25 +158,32 @@ static bool on_async_event(progress_t *pr)
   return false;
 }
 
-/* Runs the liveness check (r2s__rdma_on_tick) of every state of this
- * device, each marked busy in the thread's slot while it runs, with
- * live_lock let go (it takes the state's post_lock). Walked from the end,
- * as r2s__rdma_for_each: a state untracked meanwhile may make another be
- * seen twice or missed until the next second, which the check bears. */
-static void watch_states(progress_t *pr)
+/* Calls fn(st, arg) for every tracked state (of dev only, unless NULL),
+ * each marked busy in `slot` while fn runs, with live_lock let go (fn may
+ * take the state's locks and wait). Walked from the end: a state untracked
+ * meanwhile may make another be seen twice or missed, which every caller
+ * bears (the exit's drain, the liveness check of the next second). */
+static void walk_live(size_t slot, const r2s_rdma_dev_t *dev, void (*fn)(r2s_tp_state_t *, uint64_t),
+                      uint64_t arg)
 {
   pthread_mutex_lock(&live_lock);
   for (size_t i = nlive; i-- > 0;) {
-    if (i >= nlive || live[i].dev != pr->dev) continue;
+    if (i >= nlive || (dev && live[i].dev != dev)) continue;
     r2s_tp_state_t *st = live[i].st;
-    busy[pr->slot] = st;
+    busy[slot] = st;
     pthread_mutex_unlock(&live_lock);
-    r2s__rdma_on_tick(st);
+    fn(st, arg);
     pthread_mutex_lock(&live_lock);
-    busy[pr->slot] = NULL;
+    busy[slot] = NULL;
     pthread_cond_broadcast(&live_idle);
   }
   pthread_mutex_unlock(&live_lock);
+}
+
+static void watch_one(r2s_tp_state_t *st, uint64_t unused)
+{
+  (void)unused;
+  r2s__rdma_on_tick(st);
 }
 
 /* Once a second: a device nobody has held for IDLE_CLOSE_NS is closed.
@@ -200,7 +207,7 @@ static bool tick(progress_t *pr)
   pthread_mutex_unlock(&live_lock);
   pthread_mutex_unlock(&devs_lock);
   if (!idle) {
-    watch_states(pr);
+    walk_live(pr->slot, pr->dev, watch_one, 0); /* the liveness check of each of its states */
     return true;
   }
   r2s__debug("RDMA device %s closed (unused)", d->name);
@@ -311,18 +318,7 @@ void r2s__rdma_untrack(r2s_tp_state_t *st)
  * tracked meanwhile is not seen. One walker at a time (the exit). */
 void r2s__rdma_for_each(void (*fn)(r2s_tp_state_t *, uint64_t), uint64_t arg)
 {
-  pthread_mutex_lock(&live_lock);
-  for (size_t i = nlive; i-- > 0;) {
-    if (i >= nlive) continue;
-    r2s_tp_state_t *st = live[i].st;
-    busy[EXIT_SLOT] = st;
-    pthread_mutex_unlock(&live_lock);
-    fn(st, arg);
-    pthread_mutex_lock(&live_lock);
-    busy[EXIT_SLOT] = NULL;
-    pthread_cond_broadcast(&live_idle);
-  }
-  pthread_mutex_unlock(&live_lock);
+  walk_live(EXIT_SLOT, NULL, fn, arg);
 }
 
 /* ---- devices ---- */
