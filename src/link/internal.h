@@ -127,6 +127,7 @@ struct r2s_link_s {
   /* send side (tx_lock) */
   uint64_t tx_writes, tx_probe_at; /* when to look for the peer's hello/handshake next */
   uint64_t tx_plain_bytes;         /* sent over plain TCP before the switch */
+  uint64_t tx_probed_bytes;        /* tx_plain_bytes at the last probe for the hello */
   uint64_t tx_frame_bytes;         /* sent in DATA frames since the last probe */
   bool no_ring;                    /* the peer's ring cannot be used: DATA frames for good */
   bool no_offer;                   /* our switch had no ring to offer: the direction is plain */

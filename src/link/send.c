@@ -9,11 +9,16 @@
 /* When the send side looks for the peer's hello (or handshake) next: at
  * every write at first, then at doubling intervals capped at 64 writes, so
  * a plain peer costs one extra system call per 64 writes at most, and bytes
- * sent before a shim peer is noticed stay few. The hello is looked for
- * only once the policy would let a switch follow it: before that, what a
- * probe learns changes nothing here (the peer's hello is taken where it
- * stands, by a read or the close), and a short connection would pay a
- * system call on its first write for nothing. */
+ * sent before a shim peer is noticed stay few. Large writes would make 64
+ * of them many bytes: the hello is also looked for once PROBE_BYTES went
+ * since the last look, or an eighth of what went before it (so a plain
+ * peer still costs O(log n) looks over a long stream, and what crosses TCP
+ * after the peer's hello arrived stays within an eighth of what crossed it
+ * before). The hello is looked for only once the policy would let a switch
+ * follow it: before that, what a probe learns changes nothing here (the
+ * peer's hello is taken where it stands, by a read or the close), and a
+ * short connection would pay a system call on its first write for
+ * nothing. */
 #define PROBE_BYTES (256u << 10)
 
 static uint64_t next_probe(uint64_t writes)
@@ -21,6 +26,12 @@ static uint64_t next_probe(uint64_t writes)
   if (writes < 16) return writes + 1;
   uint64_t step = writes < 64 ? writes : 64;
   return writes + step;
+}
+
+static bool hello_probe_due(r2s_link_t *l)
+{
+  uint64_t since = l->tx_plain_bytes - l->tx_probed_bytes, eighth = l->tx_probed_bytes / 8;
+  return ++l->tx_writes >= l->tx_probe_at || since >= (eighth > PROBE_BYTES ? eighth : PROBE_BYTES);
 }
 
 static ssize_t tx_plain(int fd, const struct iovec *iov, int cnt, int flags)
@@ -152,12 +163,12 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
     }
     switch (l->tx_state) {
     case R2S_TX_PROBE:
-      if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && lk_policy_allows_switch(l) &&
-          ++l->tx_writes >= l->tx_probe_at) {
+      if (!__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && lk_policy_allows_switch(l) && hello_probe_due(l)) {
         int urg = lk_urgent_peek(fd);
         if ((urg >= 0 && lk_note_urgent(l, fd, urg, -1)) || urg == -EAGAIN)
           __atomic_store_n(&l->peer_shim, 1, __ATOMIC_RELEASE);
         l->tx_probe_at = next_probe(l->tx_writes);
+        l->tx_probed_bytes = l->tx_plain_bytes;
       }
       if (__atomic_load_n(&l->peer_shim, __ATOMIC_ACQUIRE) && lk_policy_allows_switch(l)) {
         int rc = lk_switch_tx(l, fd);
