@@ -109,6 +109,20 @@ bool r2s__parse_ringsize(const char *s, uint64_t *out)
   return true;
 }
 
+/* auto (0), or a size of at least 4K (a page: nothing smaller is ever
+ * registered). */
+bool r2s__parse_memsize(const char *s, uint64_t *out)
+{
+  uint64_t v;
+  if (strcmp(s, "auto") == 0) {
+    *out = 0;
+    return true;
+  }
+  if (!r2s__parse_size(s, &v) || v < 4096) return false;
+  *out = v;
+  return true;
+}
+
 bool r2s__parse_usec(const char *s, unsigned *out)
 {
   uint64_t v;
@@ -268,6 +282,7 @@ static bool parse_path(const char *s, const char **out)
 #define parse_upgrade  r2s__parse_upgrade
 #define parse_ringsize r2s__parse_ringsize
 #define parse_usec     r2s__parse_usec
+#define parse_memsize  r2s__parse_memsize
 static bool parse_bytes(const char *s, uint64_t *out)
 {
   return r2s__parse_size(s, out);
@@ -293,6 +308,7 @@ static const char *format_ringsize(const uint64_t *v, char *b, size_t n)
     snprintf(b, n, "%llu", (unsigned long long)*v);
   return b;
 }
+#define format_memsize format_ringsize
 static const char *format_bytes(const uint64_t *v, char *b, size_t n)
 {
   snprintf(b, n, "%llu", (unsigned long long)*v);
@@ -350,6 +366,7 @@ static const char *const accepted_path = "a file name, or nothing for none";
 static const char *const accepted_upgrade = "never, now, auto or a size such as 64K";
 static const char *const accepted_ringsize = "auto, or a power of two from 4K to 1G";
 static const char *const accepted_bytes = "a size such as 256K, or 0";
+static const char *const accepted_memsize = "auto, or a size such as 256M (at least 4K)";
 static const char *const accepted_usec = "a whole number of microseconds, 0 to 100000";
 static const char *const accepted_seconds = "a whole number of seconds, 0 to 3600";
 static const char *const accepted_transport = "auto, shm or rdma";
@@ -449,6 +466,7 @@ bool r2s__option_parse(r2s_options_t *o, int id, const char *value, const char *
 #define release_programs(p)
 #define release_ringsize(p)
 #define release_bytes(p)
+#define release_memsize(p)
 #define release_usec(p)
 #define release_seconds(p)
 #define release_transport(p)

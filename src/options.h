@@ -46,6 +46,7 @@ typedef const char *r2s_opt_string_t;
 typedef const char *r2s_opt_path_t; /* NULL: the option's own default; "": none */
 typedef uint64_t r2s_opt_ringsize_t;
 typedef uint64_t r2s_opt_bytes_t; /* a size such as 1M; 0: off */
+typedef uint64_t r2s_opt_memsize_t; /* a size such as 256M; 0: auto */
 typedef unsigned r2s_opt_usec_t;
 typedef unsigned r2s_opt_seconds_t; /* 0: the kernel's value (see the option) */
 /* Which transport a connection to a peer shim offers. */
@@ -107,8 +108,9 @@ typedef struct r2s_policy_s {
   X(PEER_SHIM, peer_shim, bool, false,                                                                       \
     "assume every peer runs r2sock: switch without waiting for its hello")                                   \
   X(RING_SIZE, ring_size, ringsize, 0,                                                                       \
-    "bytes of each receive ring (a power of two, 4K to 1G); auto: 512K for shared memory (8M for the first " \
-    "8 made while the CPUs are contended), 2M for RDMA (8M for the first 8 where memlock is unlimited)")     \
+    "bytes of each receive ring (a power of two, 4K to 1G); auto: shared memory as TCP's largest send "     \
+    "buffer for a process's first 16 rings (8M while the CPUs are contended), 512K for the rest; RDMA 2M "  \
+    "(8M for the first 8 where memlock is unlimited), less to fit RDMA_MEMORY")                             \
   X(SPIN_US, spin_us, usec, 20, "microseconds a blocked call polls shared memory before it sleeps (0-100000)") \
   X(SPIN_MAX_US, spin_max_us, usec, 1000,                                                                  \
     "microseconds an RDMA connection's blocked read may poll when its recent waits were that short "       \
@@ -118,6 +120,10 @@ typedef struct r2s_policy_s {
     "(1-3600; 0: the kernel's tcp_fin_timeout)")                                                             \
   X(TRANSPORT, transport, transport, R2S_TRANSPORT_AUTO,                                                     \
     "auto (shared memory to a local peer, RDMA to a remote one), shm, or rdma (also to a local peer)")       \
+  X(RDMA_MEMORY, rdma_memory, memsize, 0,                                                                  \
+    "bytes a process may register for its RDMA connections' rings (auto: 256M, within three quarters of "  \
+    "the memlock limit); under RING_SIZE=auto rings shrink to fit (to 64K), and a connection that finds no " \
+    "room stays on TCP")                                                                                     \
   X(DEVICE, device, string, NULL, "the RDMA device to use (e.g. mlx5_0, rxe0) instead of the one that owns the address") \
   X(GID_INDEX, gid_index, gidindex, -1,                                                                      \
     "the GID table index to use instead of the one that matches the address")                                \
@@ -180,6 +186,7 @@ bool r2s__parse_size(const char *s, uint64_t *out);
 bool r2s__parse_level(const char *s, int *out);
 bool r2s__parse_upgrade(const char *s, r2s_opt_upgrade_t *out);
 bool r2s__parse_ringsize(const char *s, uint64_t *out);
+bool r2s__parse_memsize(const char *s, uint64_t *out);
 bool r2s__parse_usec(const char *s, unsigned *out);
 bool r2s__parse_seconds(const char *s, unsigned *out);
 bool r2s__parse_transport(const char *s, r2s_opt_transport_t *out);

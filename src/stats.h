@@ -46,6 +46,8 @@
   X(reset_protocol, "connections reset because the peer broke the protocol (a bad frame or ring index)")     \
   X(reset_rdma, "RDMA connections reset: a work request, the queue pair or the device failed")               \
   X(failovers, "connections whose ring channel failed under them (RDMA) and that went on over TCP, losing nothing") \
+  X(rdma_rings_small, "RDMA rings made smaller than the auto size to fit the process's RDMA memory budget")     \
+  X(rdma_no_budget, "RDMA offers not made: the process's RDMA memory budget had no room (the connection stayed on TCP)") \
   X(rdma_drain_failed, "RDMA closes whose last writes went unacknowledged (the peer was gone)")              \
   X(listeners, "TCP sockets that listened")                                                                  \
   X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of")                       \

@@ -103,6 +103,7 @@ struct r2s_tp_state_s {
   r2s_ring_t own;
   bool wide;          /* holds one of the process's wide rings (offer_size) */
   uint64_t copy_max;  /* our FIT offer: the largest peer ring we copy */
+  uint64_t budget_held; /* bytes reserved in the process's budget (rdma_budget.h) */
   uint64_t peer_size; /* the bytes of the peer's ring we use, from connect */
 
   /* our copy of the peer's ring: its control page exists from the offer

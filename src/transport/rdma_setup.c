@@ -10,16 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/capability.h>
 
 #include "../clock.h"
 #include "../libc.h"
 #include "../lockdebug.h"
 #include "../log.h"
 #include "../options.h"
+#include "../stats.h"
+#include "rdma_budget.h"
 #include "rdma_conn.h"
 #include "rdma_fit.h"
 #include "rdma_offer.h"
@@ -40,6 +39,7 @@ static unsigned wide_live; /* connections holding a wide ring */
 void rd_free_state(r2s_tp_state_t *st)
 {
   if (st->wide) r2s__tp_slot_give(&wide_live);
+  if (!foreign(st)) r2s__rdma_budget_give(st->budget_held);
   int fd = rd_own_fd(st);
   if (fd >= 0) r2s__libc.close(fd);
   free(st->own_mem);
@@ -62,32 +62,38 @@ static int to_init(r2s_tp_state_t *st)
   return R2S_V(ibv_modify_qp)(st->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-static int warned_no_resources;
+static int warned_no_resources, warned_no_budget;
 
-/* This process may pin memory without bound: no memlock limit, or
- * CAP_IPC_LOCK (root), which the kernel's pinning for a registration
- * honours instead of the limit. */
-static bool pin_unlimited(void)
+/* The ring this connection offers and the largest peer ring it copies,
+ * reserved in the process's budget (rdma_budget.h). R2SOCK_RING_SIZE if
+ * set, as it is or not at all. Else a wide ring while pinned memory is
+ * unlimited and the process holds fewer than R2S_RDMA_WIDE_CONNS of them
+ * (the bytes in flight of a few fast connections, not a pinned 16 MiB
+ * for each of hundreds), else the usual auto size; either halved until
+ * it fits what the budget has left, and a peer ring copied up to the
+ * same size. -ENOBUFS: no room. */
+static int offer_size(r2s_tp_state_t *st, bool unlimited, uint64_t *size)
 {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY) return true;
-  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-  struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
-  if (syscall(SYS_capget, &h, d) != 0) return false;
-  return (d[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1u;
-}
-
-/* The ring this connection offers: R2SOCK_RING_SIZE if set; else a wide
- * one while pinned memory is unlimited and the process holds fewer than
- * R2S_RDMA_WIDE_CONNS of them (the bytes in flight of a few fast
- * connections, not a pinned 16 MiB for each of hundreds), else the usual
- * auto size. */
-static uint64_t offer_size(bool unlimited, bool *wide)
-{
-  *wide = false;
-  if (r2s__opt.ring_size || !unlimited) return r2s__ring_size(true);
-  *wide = r2s__tp_slot_take(&wide_live, R2S_RDMA_WIDE_CONNS);
-  return *wide ? R2S_RDMA_RING_WIDE : r2s__ring_size(true);
+  if (r2s__opt.ring_size) {
+    uint64_t copy = r2s__rdma_copy_max(r2s__opt.ring_size, unlimited);
+    uint64_t cost = r2s__rdma_conn_cost(r2s__opt.ring_size, copy);
+    if (!r2s__rdma_budget_take(cost)) return -ENOBUFS;
+    *size = r2s__opt.ring_size, st->copy_max = copy, st->budget_held = cost;
+    return 0;
+  }
+  st->wide = unlimited && r2s__tp_slot_take(&wide_live, R2S_RDMA_WIDE_CONNS);
+  uint64_t want = st->wide ? R2S_RDMA_RING_WIDE : r2s__ring_size(true), s;
+  do {
+    s = r2s__rdma_ring_in_budget(want, R2S_RDMA_RING_LEAST, r2s__rdma_budget_room());
+  } while (s && !r2s__rdma_budget_take(r2s__rdma_conn_cost(s, s)));
+  if (st->wide && s != R2S_RDMA_RING_WIDE) {
+    r2s__tp_slot_give(&wide_live);
+    st->wide = false;
+  }
+  if (!s) return -ENOBUFS;
+  if (s < r2s__ring_size(true)) R2S_STAT_INC(rdma_rings_small);
+  *size = s, st->copy_max = s, st->budget_held = r2s__rdma_conn_cost(s, s);
+  return 0;
 }
 
 int rd_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *conn)
@@ -96,15 +102,28 @@ int rd_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *con
   int rc = r2s__rdma_port_for(&conn->local, &port);
   if (rc < 0) return rc;
   r2s_tp_state_t *st = calloc(1, sizeof *st);
-  if (!st) return -ENOMEM;
+  if (!st) {
+    r2s__rdma_dev_put(port.dev);
+    return -ENOMEM;
+  }
   pthread_mutex_init(&st->post_lock, NULL);
   pthread_mutex_init(&st->rx_lock, NULL);
   st->port = port;
   st->gen = port.dev->gen;
   st->dupfd = -1;
-  bool unlimited = pin_unlimited();
-  uint64_t size = offer_size(unlimited, &st->wide);
-  st->copy_max = r2s__rdma_copy_max(size, unlimited);
+  uint64_t size;
+  if ((rc = offer_size(st, r2s__rdma_pin_unlimited(), &size)) < 0) {
+    R2S_STAT_INC(rdma_no_budget);
+    if (__atomic_exchange_n(&warned_no_budget, 1, __ATOMIC_RELAXED) == 0)
+      r2s__warn("RDMA: the memory budget (%llu bytes: R2SOCK_RDMA_MEMORY, within 3/4 of ulimit -l) has no room "
+                "for another connection's rings: such connections stay on TCP",
+                (unsigned long long)r2s__rdma_budget());
+    else
+      r2s__debug("RDMA: no room in the memory budget for this connection: it stays on TCP");
+    r2s__rdma_dev_put(port.dev);
+    rd_free_state(st);
+    return rc;
+  }
   const char *what = "protection domain";
   struct ibv_pd *pd = st->pd = R2S_V(ibv_alloc_pd)(port.dev->ctx);
   if (!pd) goto err_errno;
@@ -236,6 +255,16 @@ int rd_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
   }
   if (used < ring && r2s__ring_narrow(&st->own, used) < 0) return -EPROTO;
   st->peer_size = peer_size;
+  /* The copy attach makes is this large, not our FIT offer's largest;
+   * larger only facing an older peer, which sends no FIT offer. */
+  if (peer_size <= st->copy_max) {
+    r2s__rdma_budget_give(st->copy_max - peer_size);
+  } else if (!r2s__rdma_budget_take(peer_size - st->copy_max)) {
+    r2s__debug("RDMA: no room in the memory budget for a copy of the peer's %llu-byte ring: staying on TCP",
+               (unsigned long long)peer_size);
+    return -ENOBUFS;
+  }
+  st->budget_held = st->budget_held - st->copy_max + peer_size;
   r2s__debug("RDMA rings: ours %llu of %llu bytes, the peer's %llu of %llu", (unsigned long long)st->own.size,
              (unsigned long long)ring, (unsigned long long)peer_size, (unsigned long long)o->ring_size);
   struct ibv_qp_attr a = {

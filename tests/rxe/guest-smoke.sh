@@ -26,7 +26,9 @@
 #      over TCP, every byte verified, both ends count it
 #   6. resources: with a memlock limit too small for the rings (and without
 #      CAP_IPC_LOCK), both ends stay on TCP, bytes verified, and the stats
-#      count tcp_no_resources; an end that may pin without bound (wide
+#      count tcp_no_resources; under a small R2SOCK_RDMA_MEMORY, 12
+#      connections at once get smaller rings, the rest stay on TCP, and no
+#      process registers more than the budget (rdma res show mr); an end that may pin without bound (wide
 #      rings) and one with a limit agree on rings the limited one can pin;
 #      an end without a device has its peer send over plain TCP too
 #   7. what plain TCP does at a close and in epoll, over RDMA
@@ -229,8 +231,10 @@ wait_pid "$spid" 5
 say "fault: the server ended $(echo "$t1 - $t0" | bc) s after the client was killed (rc $WRC)"
 sed 's/^/    server| /' "$LOGDIR/fault.server.log" | tail -n 3
 step "fault: the server ended by itself with EOF or a reset (rc 1), no hang" test "$WRC" = 1
-# A memlock limit too small for the rings: registration fails, the
-# connection stays on TCP (counted), and its bytes are intact. Root has
+# A memlock limit too small for the rings: the process's RDMA memory
+# budget (three quarters of it, 48 KiB) has no room for the smallest
+# (64 KiB), so nothing is registered; the connection stays on TCP
+# (counted), and its bytes are intact. Root has
 # CAP_IPC_LOCK, which ignores the limit: setpriv drops it from the bounding
 # set, so the programs run as root without it.
 rm -f /xfer/stats.memlock
@@ -242,7 +246,50 @@ memlock_pair() {
 }
 ( memlock_pair ) || fail "memlock: the stream over TCP failed"
 step "memlock: both ends stayed on TCP and said why" r2s_stats_check /xfer/stats.memlock 2 tcp_no_resources 1
-step "memlock: warned about registration" grep -q 'memory registration' "$LOGDIR/memlock.server.log"
+step "memlock: both ends counted the budget's refusal" r2s_stats_check /xfer/stats.memlock 2 rdma_no_budget 1
+step "memlock: warned, naming the limit" grep -q 'memory budget (49152 bytes: .*ulimit -l' "$LOGDIR/memlock.server.log"
+
+# The RDMA memory budget under load: each process may register 4 MiB for
+# rings (R2SOCK_RDMA_MEMORY=4M) and runs 12 connections at once, 2 MiB each
+# way, paced to last about 4 s. Rings halve to fit what is left (1 MiB,
+# 512K, 256K, 128K and 64K: 3.9 MiB with the copies of the peer's), and
+# the rest stay on TCP. Every byte is verified. Each process's first ring
+# is already smaller than the auto 2 MiB; every connection has an offer
+# from at least one end, and the two budgets hold 10 at most, so the pair
+# refused at least 2. rdma res show mr, sampled while the streams run,
+# never shows a process of the pair holding more than the budget.
+rm -f /xfer/stats.budget "$LOGDIR/budget.mr"
+budget_mr_sampler() {
+  while [ -e "$LOGDIR/budget.sampling" ]; do
+    rdma res show mr 2>/dev/null | awk '/ comm stream_check/ {
+        for (i = 1; i < NF; i++) { if ($i == "mrlen") len = $(i + 1); if ($i == "pid") pid = $(i + 1) }
+        sum[pid] += len }
+      END { for (p in sum) print p, sum[p] }' >> "$LOGDIR/budget.mr"
+    sleep 0.2
+  done
+}
+: > "$LOGDIR/budget.sampling"
+budget_mr_sampler &
+sampler=$!
+serve_and_connect budget 7006 \
+  "env $RDMA_ENV R2SOCK_RDMA_MEMORY=4M R2SOCK_STATS_FILE=/xfer/stats.budget $SC server --host $IP --port 7006 --conns 12 --timeout 60" \
+  "env $RDMA_ENV R2SOCK_RDMA_MEMORY=4M R2SOCK_STATS_FILE=/xfer/stats.budget $SC client --host $IP --port 7006 --conns 12 --bytes 2M --bidir --rate 512K --timeout 60"
+rm -f "$LOGDIR/budget.sampling"
+wait "$sampler"
+budget_mr_ok() {
+  [ -s "$LOGDIR/budget.mr" ] || { say "no registrations of stream_check seen while it ran"; return 1; }
+  awk -v cap=$((4 << 20)) '{ if ($2 > max) max = $2 } END {
+      printf "    the most one process held registered: %d bytes (budget %d)\n", max, cap
+      exit !(max > 0 && max <= cap) }' "$LOGDIR/budget.mr"
+}
+budget_refused_ok() {
+  awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^rdma_no_budget=/) { split($i, p, "="); n += p[2] } }
+    END { printf "    rdma_no_budget over the pair: %d\n", n; exit !(n >= 2) }' /xfer/stats.budget
+}
+step "budget: some connections on RDMA in both processes" r2s_stats_check /xfer/stats.budget 2 conn_rdma 1
+step "budget: each process made its rings smaller to fit" r2s_stats_check /xfer/stats.budget 2 rdma_rings_small 1
+step "budget: the pair refused offers for want of room" budget_refused_ok
+step "budget: no process registered more than its budget" budget_mr_ok
 
 # An end that may use only RDMA, on a device that does not exist, has no
 # ring to offer: it tells its peer (the urgent-data interlude, a HANDSHAKE
