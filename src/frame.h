@@ -92,6 +92,12 @@ enum {
    * a Unix socket: FETCH, HANDED (docs/protocol.md, "Rings by file
    * descriptor"). */
   R2S_CAP_SHM_FD = 2,
+  /* The sender's RDMA receiving side learns its peer's close from a
+   * write with immediate R2S_RDMA_IMM_SLEEP | 4 and nothing else, so
+   * that its producer never writes the tail or producer_closed word,
+   * whose order against the data the specification does not promise
+   * (docs/protocol.md, "Transport"). Only with R2S_CAP_RDMA_IMM. */
+  R2S_CAP_RDMA_CLOSE_IMM = 4,
 };
 #define R2S_RDMA_RECVS     256u
 #define R2S_RDMA_IMM_SLEEP 0x80000000u

@@ -2,24 +2,24 @@
  * ring (a control page and the data, the layout of ring.h) is registered
  * for remote write; the producer copies the application's bytes into a
  * local copy of the peer's ring, RDMA-writes the new bytes to the same
- * offsets there, then the new tail; the consumer RDMA-writes its head back
- * into the producer's credit word. One copy in, one copy out, as with
- * shared memory.
+ * offsets there, the last write carrying the new tail; the consumer
+ * RDMA-writes its head back into the producer's credit word. One copy in,
+ * one copy out, as with shared memory.
  *
- * Ordering: the tail is written after the data on the same queue pair,
- * and the consumer reads the tail before the data. That relies on RDMA
- * writes of one RC queue pair being placed in order, which Soft-RoCE and
- * the ConnectX family do (docs/rdma.md).
- *
- * Data immediates (a peer with R2S_CAP_RDMA_IMM): one packet per message
- * instead of two. The last data write carries the new tail's low 31 bits
- * as its immediate and no tail write follows; the consumer learns the
- * tail from its receive completions (rd_take_recvs_locked), taken by whoever
- * polls first, its reader (avail, get) or the progress thread. Each such
+ * Data immediates (a peer with R2S_CAP_RDMA_IMM): one packet per message.
+ * The last data write carries the new tail's low 31 bits as its immediate;
+ * the consumer learns the tail from its receive completions
+ * (rd_take_recvs_locked), taken by whoever polls first, its reader (avail,
+ * get) or the progress thread. A completion comes only once its write and
+ * every earlier write of the queue pair were placed, so nothing relies on
+ * the order in which the device places writes (docs/rdma.md). Each such
  * write uses one of the consumer's R2S_RDMA_RECVS posted receives; the
  * consumer reports how many it reposted (consumer_recvs in the credit
- * line), and a producer that may have used too many falls back to the
- * data write plus the tail write until the reports catch up. So the
+ * line), the producer solicits a completion once half may be in use (the
+ * consumer's progress thread then reposts), and a producer that may have
+ * used too many waits for the report as for room in the ring. Its close
+ * is a write with immediate too (R2S_CAP_RDMA_CLOSE_IMM). A peer without
+ * data immediates gets the data, then a write of the tail word; the
  * consumer's tail is the larger of the tail word and the last immediate,
  * both of which only ever grow in the order the producer posted them
  * (raise_tail argues why a late completion cannot lower a tail the word

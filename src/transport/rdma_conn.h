@@ -29,8 +29,9 @@
  *    post_lock or rx_lock, or "atomic" (read outside its lock, always with
  *    __atomic builtins; seq_cst where a store and a load of two threads
  *    pair up, see rd_put). The fields between the application's threads
- *    and the progress thread are atomic throughout. peer_imm and
- *    connected are set once, by connect, with a release store.
+ *    and the progress thread are atomic throughout. peer_imm,
+ *    peer_close_imm and connected are set once, by connect, with a
+ *    release store.
  *  - A state made before fork() is foreign() in the child: its verbs
  *    objects and its locks are the parent's (rdma.h).
  *  - Names shared between these files start with rd_; they are hidden like
@@ -65,10 +66,15 @@
  * rd_sleep_tx). */
 #define SLEEP_AT_RING_NOW UINT64_MAX
 
-enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2 };
-/* Receives a producer leaves for its sleep announcements: data writes
- * with an immediate stop while this few of the peer's are left. */
+/* The low bits of an announcement's immediate (with R2S_RDMA_IMM_SLEEP). */
+enum { IMM_RX_SLEEP = 1, IMM_TX_SLEEP = 2, IMM_CLOSE = 4 };
+/* Receives a producer leaves for its sleep announcements and its close:
+ * data writes stop while this few of the peer's are left. */
 #define IMM_RESERVE   32u
+/* Data writes ask for a solicited completion once this many of the peer's
+ * receives may be in use: its progress thread then reposts them and
+ * reports, although its reader may not look for a while. */
+#define IMM_SOLICIT   (RQ_DEPTH / 2)
 /* A consumer reports its reposted receives at least this often. */
 #define REPORT_EVERY  32u
 
@@ -133,15 +139,13 @@ struct r2s_tp_state_s {
   uint64_t sq_done, watch_done;
   int64_t watch_since;
 
-  /* data immediates (see the top): peer_imm is set by connect, before
-   * the peer can write */
-  bool peer_imm;
+  /* data immediates (see the top): peer_imm and peer_close_imm are set
+   * by connect, before the peer can write */
+  bool peer_imm, peer_close_imm;
   /* producer, post_lock: writes with an immediate posted, and the count
-   * of them the peer reported as reposted; the tail of the last data
-   * immediate (also read by put, which alone writes it) */
+   * of them the peer reported as reposted */
   uint32_t imm_posted, imm_acked;
-  uint64_t imm_last_tail;
-  bool imm_fell_back; /* said so in the debug log */
+  int imm_short; /* atomic: the peer may have no receive to spare (space() says 0 until it reports) */
   uint32_t recvs_reported; /* consumer: the last count we reported */
   /* consumer, rx_lock: the receive completions and what they said */
   pthread_mutex_t rx_lock;

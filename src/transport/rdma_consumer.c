@@ -32,12 +32,14 @@ static void raise_tail(r2s_tp_state_t *st, uint64_t t)
  * rebuilt from the last immediate's tail, which lies less than 2^31
  * behind (rdma_imm.h); sleep announcements are left in pending_sleep for
  * the progress thread, which is woken for them (solicited) even when a
- * reader took them first. */
+ * reader took them first. The peer's close (IMM_CLOSE) ends our ring
+ * where its data immediates brought the tail: its completion comes after
+ * theirs, and we mark producer_closed ourselves, after the tail. */
 void rd_take_recvs_locked(r2s_tp_state_t *st)
 {
   struct ibv_wc wc[16];
   int k, used = 0;
-  bool raise = false;
+  bool raise = false, closed = false;
   while ((k = ibv_poll_cq(st->rcq, 16, wc)) > 0) {
     for (int i = 0; i < k; i++) {
       used++;
@@ -51,6 +53,7 @@ void rd_take_recvs_locked(r2s_tp_state_t *st)
         st->pending_sleep |= imm == IMM_RX_SLEEP ? IMM_RX_SLEEP : imm == IMM_TX_SLEEP ? IMM_TX_SLEEP : 0;
       } else if (imm & R2S_RDMA_IMM_SLEEP) {
         st->pending_sleep |= (int)(imm & (IMM_RX_SLEEP | IMM_TX_SLEEP));
+        closed = closed || (imm & IMM_CLOSE);
       } else {
         st->imm_tail = r2s__imm_tail_after(st->imm_tail, imm);
         raise = true;
@@ -59,6 +62,7 @@ void rd_take_recvs_locked(r2s_tp_state_t *st)
   }
   if (k < 0) rd_lose_qp(st, "cannot poll the receive queue");
   if (raise) raise_tail(st, st->imm_tail);
+  if (closed) __atomic_store_n(&st->own.ctl->producer_closed, 1, __ATOMIC_RELEASE);
   if (used && !state_error(st) && !__atomic_load_n(&st->flush_seen, __ATOMIC_ACQUIRE)) {
     if (rd_post_recvs(st, used) < 0)
       __atomic_store_n(&st->flush_seen, 1, __ATOMIC_RELEASE); /* judged by rd_judge */
@@ -143,8 +147,9 @@ void rd_sleep_rx(r2s_tp_state_t *st, bool on)
 
 bool rd_peer_tx_closed(r2s_tp_state_t *st)
 {
-  return !__atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE) &&
-         __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
+  if (foreign(st) || __atomic_load_n(&st->stopped, __ATOMIC_ACQUIRE)) return false;
+  if (!__atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE)) poll_recvs(st); /* a close not yet taken */
+  return __atomic_load_n(&st->own.ctl->producer_closed, __ATOMIC_ACQUIRE) != 0;
 }
 
 bool rd_lost(r2s_tp_state_t *st)

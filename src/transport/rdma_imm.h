@@ -1,7 +1,6 @@
 /*
- * rdma_imm.h - the tail a data immediate carries, and how far a producer
- * may write between two of them (docs/protocol.md, "RDMA data
- * immediates"). Arithmetic only, so that it can be tested without a
+ * rdma_imm.h - the tail a data immediate carries (docs/protocol.md, "RDMA
+ * data immediates"). Arithmetic only, so that it can be tested without a
  * device (tests/unit/test_rdma_imm.c).
  *
  * Contract:
@@ -9,12 +8,11 @@
  *    (r2s__imm_of_tail). The consumer rebuilds the 64-bit tail forward
  *    from the last one it learnt (r2s__imm_tail_after), which is exact as
  *    long as two consecutive immediates' tails are less than 2^31 apart.
- *  - The producer keeps them so. Without receives to spare at the peer it
- *    writes no further than R2S_IMM_SPAN past its last immediate's tail
- *    (r2s__imm_span_left), then waits for receives; a write that finds
- *    itself past that span carries an immediate whatever the count. One
- *    write moves at most a ring, and a ring is at most R2S_RDMA_RING_MAX,
- *    so two immediates are at most R2S_IMM_SPAN + R2S_RDMA_RING_MAX apart.
+ *  - Every data write to a peer that takes immediates carries one (a
+ *    producer short of the peer's receives waits for them,
+ *    rdma_producer.c), and one write moves at most a ring, which is at
+ *    most R2S_RDMA_RING_MAX: consecutive immediates are at most that far
+ *    apart.
  */
 #ifndef R2S_TRANSPORT_RDMA_IMM_H
 #define R2S_TRANSPORT_RDMA_IMM_H
@@ -22,11 +20,9 @@
 #include <stdint.h>
 
 #define R2S_IMM_TAIL_MASK  0x7fffffffu
-#define R2S_IMM_SPAN       (1ull << 29)
 #define R2S_RDMA_RING_MAX  (1ull << 30) /* the largest ring either end accepts */
 
-_Static_assert(R2S_IMM_SPAN + R2S_RDMA_RING_MAX < (1ull << 31),
-               "two data immediates must stay less than 2^31 bytes apart");
+_Static_assert(R2S_RDMA_RING_MAX < (1ull << 31), "two data immediates must stay less than 2^31 bytes apart");
 
 static inline uint32_t r2s__imm_of_tail(uint64_t tail)
 {
@@ -37,13 +33,6 @@ static inline uint32_t r2s__imm_of_tail(uint64_t tail)
 static inline uint64_t r2s__imm_tail_after(uint64_t last, uint32_t imm)
 {
   return last + ((imm - (uint32_t)last) & R2S_IMM_TAIL_MASK);
-}
-
-/* Bytes a producer at `from` may write before it must send an immediate
- * (last: its last immediate's tail; from never passes last + span). */
-static inline uint64_t r2s__imm_span_left(uint64_t last, uint64_t from)
-{
-  return last + R2S_IMM_SPAN - from;
 }
 
 #endif

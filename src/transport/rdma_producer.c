@@ -11,18 +11,17 @@
 #include "rdma_conn.h"
 #include "rdma_imm.h"
 
-/* How far a producer at `from` may write: without receives to spare at
- * the peer, no further than R2S_IMM_SPAN past its last immediate
- * (post_data_locked may then overdraw the reserve by one). Only the
- * producer's own thread moves imm_last_tail. */
-static uint64_t imm_span_left(r2s_tp_state_t *st, uint64_t from)
+/* May the next data write carry an immediate (the peer has receives to
+ * spare)? Once it may not, imm_short says so until the peer's report of
+ * reposted receives comes: the check takes post_lock only then. */
+static bool imm_room(r2s_tp_state_t *st)
 {
-  uint64_t left = r2s__imm_span_left(st->imm_last_tail, from);
-  if (left >= st->peer.size) return UINT64_MAX; /* far from it: no need to look */
+  if (!peer_imm(st) || !__atomic_load_n(&st->imm_short, __ATOMIC_SEQ_CST)) return true;
   r2s__lock(&st->post_lock);
   bool room = rd_imm_room_locked(st);
+  if (room) __atomic_store_n(&st->imm_short, 0, __ATOMIC_SEQ_CST);
   r2s__unlock(&st->post_lock);
-  return room ? UINT64_MAX : left;
+  return room;
 }
 
 /* The send queue had no slots for a data write (sq_full): are there now?
@@ -43,17 +42,19 @@ ssize_t rd_space(r2s_tp_state_t *st)
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   /* A full send queue is a full ring to the writer: it waits (and is
    * woken) the same way (rd_sleep_tx). */
-  if (!sq_freed(st)) return 0;
-  ssize_t n = r2s__ring_space(&st->peer);
-  if (n <= 0 || !peer_imm(st)) return n;
-  uint64_t left = imm_span_left(st, st->peer.tail);
-  return left < (uint64_t)n ? (ssize_t)left : n;
+  if (!sq_freed(st) || !imm_room(st)) return 0;
+  return r2s__ring_space(&st->peer);
 }
 
 /* RDMA-writes ring bytes [from, to) of our copy to the same offsets of the
- * peer's ring, the last write carrying the new tail as its immediate if
- * the peer has receives to spare (or must have one, see rdma_imm.h), else
- * followed by a write of the tail; post_lock held. */
+ * peer's ring; post_lock held. To a peer that takes data immediates the
+ * last write carries the new tail as its immediate, which is all the peer
+ * learns the tail from: only a completion says that the data before it
+ * was placed (docs/rdma.md). Once half the peer's receives may be in use
+ * the write asks for a solicited completion, so that the peer's progress
+ * thread reposts them and reports before the producer runs short; short
+ * of them after all, it waits (-EAGAIN, imm_short). Any other peer gets
+ * the data then a write of the tail, and relies on their order. */
 static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
 {
   struct ibv_send_wr wr[3];
@@ -61,6 +62,11 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
   unsigned k = 0;
   if (!rd_sq_room_locked(st, 3, SQ_CTRL_RESERVE)) {
     __atomic_store_n(&st->sq_full, 1, __ATOMIC_SEQ_CST);
+    int err = state_error(st);
+    return err ? err : -EAGAIN;
+  }
+  if (peer_imm(st) && !rd_imm_room_locked(st)) {
+    __atomic_store_n(&st->imm_short, 1, __ATOMIC_SEQ_CST);
     int err = state_error(st);
     return err ? err : -EAGAIN;
   }
@@ -78,17 +84,14 @@ static int post_data_locked(r2s_tp_state_t *st, uint64_t from, uint64_t to)
     wr[k].wr.rdma.rkey = st->r_rkey;
     pos += len;
   }
-  if (peer_imm(st) && (rd_imm_room_locked(st) || to - st->imm_last_tail > R2S_IMM_SPAN)) {
+  if (peer_imm(st)) {
     wr[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr[k - 1].imm_data = htonl(r2s__imm_of_tail(to));
+    if (st->imm_posted - st->imm_acked >= IMM_SOLICIT) wr[k - 1].send_flags |= IBV_SEND_SOLICITED;
     st->imm_posted++;
-    st->imm_last_tail = to;
-    return rd_post_locked(st, wr, k, false);
-  }
-  if (peer_imm(st) && !st->imm_fell_back) { /* once: a stream of small writes outran the peer's reports */
-    st->imm_fell_back = true;
-    r2s__debug("RDMA: the peer may be short of receives (%u of %u in use): tail words until it reports",
-               st->imm_posted - st->imm_acked, RQ_DEPTH);
+    int rc = rd_post_locked(st, wr, k, false);
+    if (rc == 0 && !rd_imm_room_locked(st)) __atomic_store_n(&st->imm_short, 1, __ATOMIC_SEQ_CST);
+    return rc;
   }
   /* Inline, so the value is taken now: a later put must not change the
    * tail this request carries before its data is written. */
@@ -102,21 +105,16 @@ ssize_t rd_put(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t skip
   if (state_error(st)) return rd_stuck(st);
   if (__atomic_load_n(&peer_cline(st)->consumer_closed, __ATOMIC_ACQUIRE)) return -EPIPE;
   uint64_t from = st->peer.tail;
-  if (peer_imm(st)) {
-    uint64_t left = imm_span_left(st, from);
-    if (left < max) max = (size_t)left;
-    if (max == 0) return 0;
-  }
-  if (!sq_freed(st)) return 0;
+  if (!sq_freed(st) || !imm_room(st)) return 0;
   ssize_t n = r2s__ring_put(&st->peer, iov, cnt, skip, max);
   if (n <= 0) return n;
   r2s__lock(&st->post_lock);
   int rc = post_data_locked(st, from, st->peer.tail);
   r2s__unlock(&st->post_lock);
   if (rc == -EAGAIN) {
-    /* No send slots after all (control writes took them): the bytes are
-     * taken back from our copy, which nobody else reads, and the caller
-     * hears of a full ring (0). */
+    /* No send slots, or none of the peer's receives, after all (control
+     * writes took them): the bytes are taken back from our copy, which
+     * nobody else reads, and the caller hears of a full ring (0). */
     st->peer.tail = from;
     __atomic_store_n(&st->peer.ctl->tail, from, __ATOMIC_SEQ_CST);
     return 0;
@@ -156,17 +154,19 @@ bool rd_take_peer_rx_sleeper(r2s_tp_state_t *st)
 
 /* A writer about to sleep tells the peer the head it saw; the peer's
  * progress thread rings once it has sent a credit beyond it. A writer
- * whose send queue is full (sq_full) waits for the device, not for the
- * peer's reader, and nothing of ours can wake it (it sleeps on the TCP
- * socket, which only the peer can make readable): it asks the peer to
- * ring at once (SLEEP_AT_RING_NOW). The announcement goes behind every
- * write of ours in the queue, so by the time the peer hears it, it has
- * acknowledged them all and our slots are free or about to be; a writer
- * that still finds none announces again. */
+ * whose send queue is full (sq_full) waits for the device, and one short
+ * of the peer's receives (imm_short) for the peer's report, not for the
+ * peer's reader, and nothing of ours can wake them (they sleep on the TCP
+ * socket, which only the peer can make readable): they ask the peer to
+ * ring at once (SLEEP_AT_RING_NOW), and the peer reports its receives
+ * first. The announcement goes behind every write of ours in the queue,
+ * so by the time the peer hears it, it has acknowledged them all and our
+ * slots are free or about to be; a writer that still finds none
+ * announces again. */
 void rd_sleep_tx(r2s_tp_state_t *st, bool on)
 {
   if (!on || state_error(st) || !__atomic_load_n(&st->connected, __ATOMIC_ACQUIRE)) return;
-  uint64_t seen = __atomic_load_n(&st->sq_full, __ATOMIC_SEQ_CST)
+  uint64_t seen = __atomic_load_n(&st->sq_full, __ATOMIC_SEQ_CST) || __atomic_load_n(&st->imm_short, __ATOMIC_SEQ_CST)
                       ? SLEEP_AT_RING_NOW
                       : __atomic_load_n(&peer_cline(st)->head, __ATOMIC_ACQUIRE);
   r2s__lock(&st->post_lock);
@@ -174,21 +174,43 @@ void rd_sleep_tx(r2s_tp_state_t *st, bool on)
   r2s__unlock(&st->post_lock);
 }
 
+/* The end of our direction. To a peer that takes it (peer_close_imm) it
+ * is a write of no bytes with immediate IMM_CLOSE: its completion comes
+ * after every data immediate before it, so the peer's reader finds every
+ * byte once it sees the close, and nothing relies on the order in which
+ * writes are placed. An older peer gets producer_closed written, behind
+ * the tail word if it takes data immediates (a reader that sees the close
+ * must find every byte without a receive completion: one the device has
+ * not yet produced would read as EOF), and relies on their order. */
 void rd_close_tx(r2s_tp_state_t *st)
 {
   if (!st->attached || state_error(st)) return;
   static const uint32_t one = 1;
-  /* With data immediates the tail word goes first: a reader that sees
-   * producer_closed must find every byte without waiting for a receive
-   * completion (one the device has not yet produced would read as EOF). */
   uint64_t tail = st->peer.tail;
   struct ibv_send_wr wr[2];
   struct ibv_sge sge[2];
   unsigned n = 0;
-  if (peer_imm(st)) rd_inline_write(&wr[n], &sge[n], &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey), n++;
-  rd_inline_write(&wr[n], &sge[n], &one, 4, st->r_ring + OFF_PCLOSED, st->r_rkey), n++;
+  if (__atomic_load_n(&st->peer_close_imm, __ATOMIC_ACQUIRE)) {
+    /* Zero bytes need no address (IBA C9-88); it names a word of ours
+     * in the peer's ring all the same. Solicited: the peer's reader may
+     * sleep, and its progress thread takes the close for it. */
+    memset(&wr[0], 0, sizeof wr[0]);
+    wr[0].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr[0].send_flags = IBV_SEND_SOLICITED;
+    wr[0].imm_data = htonl(R2S_RDMA_IMM_SLEEP | IMM_CLOSE);
+    wr[0].wr.rdma.remote_addr = st->r_ring + OFF_PSLEEP;
+    wr[0].wr.rdma.rkey = st->r_rkey;
+    n = 1;
+  } else {
+    if (peer_imm(st)) rd_inline_write(&wr[n], &sge[n], &tail, 8, st->r_ring + OFF_TAIL, st->r_rkey), n++;
+    rd_inline_write(&wr[n], &sge[n], &one, 4, st->r_ring + OFF_PCLOSED, st->r_rkey), n++;
+  }
   r2s__lock(&st->post_lock);
+  bool imm = wr[0].opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (imm) st->imm_posted++; /* one of the receives the reserve keeps for it */
+  int rc = rd_post_locked(st, wr, n, false);
+  if (rc && imm) st->imm_posted--;
   /* A full queue: the flush, which waits for slots, posts it. */
-  if (rd_post_locked(st, wr, n, false) == -EAGAIN) st->close_owed = 1;
+  if (rc == -EAGAIN) st->close_owed = 1;
   r2s__unlock(&st->post_lock);
 }

@@ -191,7 +191,7 @@ int rd_offer(r2s_tp_state_t **out, r2s_handshake_t *hs, const r2s_tp_conn_t *con
     what = "room in the handshake";
     goto err;
   }
-  hs->caps |= R2S_CAP_RDMA_IMM;
+  hs->caps |= R2S_CAP_RDMA_IMM | R2S_CAP_RDMA_CLOSE_IMM;
   r2s__rdma_track(st, port.dev);
   r2s__debug("RDMA offer: %s port %u gid index %d qpn %u", port.dev->name, port.port, port.gid_index,
              st->qp->qp_num);
@@ -283,7 +283,9 @@ int rd_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
     a.ah_attr.grh.hop_limit = 64;
   }
   /* Before RTR: the peer's first write may be one with a data immediate. */
-  __atomic_store_n(&st->peer_imm, (peer->caps & R2S_CAP_RDMA_IMM) != 0, __ATOMIC_RELEASE);
+  bool imm = (peer->caps & R2S_CAP_RDMA_IMM) != 0;
+  __atomic_store_n(&st->peer_close_imm, imm && (peer->caps & R2S_CAP_RDMA_CLOSE_IMM), __ATOMIC_RELEASE);
+  __atomic_store_n(&st->peer_imm, imm, __ATOMIC_RELEASE);
   if (R2S_V(ibv_modify_qp)(st->qp, &a,
                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)

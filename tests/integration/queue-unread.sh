@@ -5,7 +5,9 @@
 # its send buffer, which it tunes up to net.ipv4.tcp_wmem's largest, before
 # it blocks; the test queues three quarters of that (at most 3 MiB): a
 # blocking write one way, then both ways at once, then a nonblocking writer
-# that must get that much in before EAGAIN. Every byte is compared. Under
+# that must get that much in before EAGAIN, then a quarter of it in writes
+# of 64 bytes followed by a shutdown (the reader must find every byte, then
+# the end of the stream). Every byte is compared. Under
 # the shim the bytes go through the ring (the shm variant asserts it from
 # the stats): a 512 KiB ring blocked the first write for good. The tcp
 # variant (and a plain run) checks the expectation against the kernel.
@@ -26,6 +28,6 @@ run_to "$TMP/peer.out" 90 "${SHIM_AT[@]}" "$PY" "$PEER" run --queue "$Q"
 grep -q "^queue_unread_peer: OK queued=$Q " "$TMP/peer.out" ||
   fail "the peer did not report OK: $(tail -n 3 "$TMP/peer.out")"
 log "$(grep '^queue_unread_peer: OK' "$TMP/peer.out")"
-# Three connections, both ends in one process; Q each way in total in the
-# first two, at least Q in the third.
-check_stats conns=6 bulk=6 bytes=$((3 * Q)) procs=1
+# Four connections, both ends in one process; Q each way in total in the
+# first two, at least Q in the third, Q/4 in the fourth.
+check_stats conns=8 bulk=8 bytes=$((3 * Q + Q / 4)) procs=1

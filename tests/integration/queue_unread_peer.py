@@ -5,14 +5,19 @@ connection, as a program whose one thread drives both does: it can only
 read once its write has returned, so a write that blocks where TCP's would
 not never returns.
 
-run --queue Q
+run --queue Q [--host ADDR]
     Three connections, each warmed up with a round trip first:
       one-way    a blocking sendall of Q bytes, then the peer reads them;
       both-ways  each end a blocking sendall of Q/2 bytes, then each reads;
       nonblock   a nonblocking writer sends until EAGAIN (three looks a
                  fifth of a second apart, as room may come a little late):
                  it must have got at least Q bytes in; then the reader
-                 reads all it took.
+                 reads all it took;
+      small      Q/4 bytes in blocking writes of 64 bytes each (over RDMA
+                 each is a message of its own, using one of the reader's
+                 posted receives), then the writer shuts down: the reader
+                 then reads every byte and the end of the stream behind
+                 them.
     Every byte is compared. A write that blocks for DEADLINE seconds
     fails the run (it would have hung). Prints
       queue_unread_peer: OK queued=Q nonblock_took=N
@@ -26,13 +31,14 @@ import sys
 from peer_streams import expect_same, recv_exactly, stream
 
 DEADLINE = 20.0
+HOST = "127.0.0.1"
 
 
 def pair():
-    """A connected pair over 127.0.0.1, warmed up by a round trip each way
+    """A connected pair over HOST, warmed up by a round trip each way
     (an upgrade that comes at the first bytes has come by then)."""
     ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
+    ls.bind((HOST, 0))
     ls.listen(1)
     c = socket.create_connection(ls.getsockname(), timeout=DEADLINE)
     s, _ = ls.accept()
@@ -91,15 +97,31 @@ def nonblock(q):
     return sent
 
 
+def small(q):
+    s, c = pair()
+    data = stream(5, q)
+    for i in range(0, q, 64):
+        send_unread(c, data[i:i + 64], "small")
+    c.shutdown(socket.SHUT_WR)
+    expect_same("small: the bytes read", recv_exactly(s, q, "queue_unread_peer small"), data)
+    if s.recv(1) != b"":
+        raise AssertionError("small: the reader found bytes past the writer's, not the end of the stream")
+    s.close(), c.close()
+
+
 def main():
+    global HOST
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=["run"])
     ap.add_argument("--queue", type=int, required=True)
+    ap.add_argument("--host", default=HOST)
     a = ap.parse_args()
+    HOST = a.host
     try:
         one_way(a.queue)
         both_ways(a.queue)
         took = nonblock(a.queue)
+        small(a.queue // 4)
     except AssertionError as e:
         print(f"queue_unread_peer: FAIL: {e}", file=sys.stderr, flush=True)
         return 1

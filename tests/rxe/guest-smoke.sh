@@ -33,7 +33,9 @@
 #      an end without a device has its peer send over plain TCP too
 #   7. what plain TCP does at a close and in epoll, over RDMA
 #      (tcp_exact_peer.py: epoll-after-close, epoll-add-ready,
-#      data-before-reset)
+#      data-before-reset), and what a writer may queue before its reader
+#      reads, in large writes and in thousands of small ones
+#      (queue_unread_peer.py)
 # Skipped (3-5, 7) when R2SOCK_LIB is empty (library not built).
 set -uo pipefail
 . "${R2S_RXE_TOOLS:?not inside an rxe guest}/guest-lib.sh"
@@ -372,5 +374,22 @@ if [ -n "${R2SOCK_LIB:-}" ] && [ -r "$EXACT" ]; then
   for c in epoll-after-close epoll-add-ready data-before-reset; do exact_case "$c"; done
   step "exact: epoll-after-close on RDMA" r2s_stats_check /xfer/stats.exact-epoll-after-close 1 conn_rdma 8
   step "exact: epoll-add-ready on RDMA" r2s_stats_check /xfer/stats.exact-epoll-add-ready 1 conn_rdma 16
+fi
+
+# What a writer may queue before its reader reads, over RDMA
+# (tests/integration/queue_unread_peer.py, both ends in one process): 1 MiB
+# one way, both ways, nonblocking, and 256 KiB in 4,096 writes of 64 bytes
+# then a shutdown. Each of those writes is a write with immediate that uses
+# one of the reader's 256 posted receives, and the reader does not look
+# until the last one is sent: its progress thread must repost them (asked
+# by solicited writes, or by the writer's sleep announcement), or the
+# writer would wait for good. The end of the stream comes as an immediate
+# too, behind every byte.
+QUEUE=${R2SOCK_SRC:-}/tests/integration/queue_unread_peer.py
+if [ -n "${R2SOCK_LIB:-}" ] && [ -r "$QUEUE" ]; then
+  step "queue-unread over RDMA, every byte compared" timeout 120 env "LD_PRELOAD=$R2SOCK_LIB" \
+    R2SOCK_UPGRADE=now R2SOCK_TRANSPORT=rdma R2SOCK_STATS=1 R2SOCK_STATS_FILE=/xfer/stats.queue \
+    python3 "$QUEUE" run --queue $((1 << 20)) --host "$IP"
+  step "queue-unread: all 8 ends on RDMA" r2s_stats_check /xfer/stats.queue 1 conn_rdma 8
 fi
 finish
