@@ -2,12 +2,12 @@
 #include "fdtable.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "log.h"
+#include "proc.h"
 
 r2s_conn_t **r2s__fd_slots;
 unsigned r2s__fd_cap;
@@ -18,11 +18,7 @@ static unsigned fd_high; /* 1 + the highest fd ever installed; bounds range scan
 static unsigned fd_ceiling(void)
 {
   unsigned long cap = 0;
-  FILE *f = fopen("/proc/sys/fs/nr_open", "re");
-  if (f) {
-    if (fscanf(f, "%lu", &cap) != 1) cap = 0;
-    fclose(f);
-  }
+  if (r2s__proc_numbers("/proc/sys/fs/nr_open", &cap, 1) != 1) cap = 0;
   struct rlimit rl;
   if (cap == 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0)
     cap = rl.rlim_max == RLIM_INFINITY ? R2S_FD_MAX : (unsigned long)rl.rlim_max;

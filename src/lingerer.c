@@ -20,6 +20,7 @@
 
 #include "libc.h"
 #include "options.h"
+#include "proc.h"
 
 #define DEFAULT_BOUND_S 60
 #define CAP_BOUNDS      10 /* the lingerer ends after this many bounds at most */
@@ -35,18 +36,8 @@ long long r2s__lingerer_bound_ns(void)
 {
   if (r2s__opt.linger_s) return r2s__opt.linger_s * NS;
   long s = DEFAULT_BOUND_S;
-  int fd = r2s__open_raw("/proc/sys/net/ipv4/tcp_fin_timeout", O_RDONLY | O_CLOEXEC, 0);
-  if (fd >= 0) {
-    char buf[16];
-    long n = syscall(SYS_read, fd, buf, sizeof buf - 1);
-    (void)syscall(SYS_close, fd);
-    if (n > 0) {
-      buf[n] = '\0';
-      char *end;
-      long v = strtol(buf, &end, 10);
-      if (end != buf && v > 0 && v <= 3600) s = v;
-    }
-  }
+  unsigned long v;
+  if (r2s__proc_numbers("/proc/sys/net/ipv4/tcp_fin_timeout", &v, 1) == 1 && v > 0 && v <= 3600) s = (long)v;
   return s * NS;
 }
 

@@ -1,10 +1,12 @@
-/* What /proc says about a process: its stat fields, and whether it is gone. */
+/* What /proc says: a process's stat fields, whether it is gone, and the
+ * numbers of a kernel setting. */
 #include "proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
@@ -45,4 +47,20 @@ bool r2s__proc_gone(int pid)
   if (!f || sscanf(f, "%c %*d %*d %*d %*d %*d %u", &state, &flags) < 1)
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
   return state == 'Z' || state == 'X' || (flags & PROC_EXITING);
+}
+
+int r2s__proc_numbers(const char *path, unsigned long *v, int n)
+{
+  char buf[128];
+  if (r2s__read_small_raw(path, buf, sizeof buf) < 0) return -1;
+  const char *p = buf;
+  int k = 0;
+  for (; k < n; k++) {
+    char *end;
+    unsigned long x = strtoul(p, &end, 10);
+    if (end == p) break;
+    v[k] = x;
+    p = end;
+  }
+  return k;
 }

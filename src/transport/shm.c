@@ -148,15 +148,11 @@ static uint64_t tcp_send_max(void)
   static uint64_t cached = UINT64_MAX;
   uint64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v != UINT64_MAX) return v;
-  unsigned long lo, def, hi = 0;
+  unsigned long w[3]; /* min, default, max */
   v = 0;
-  FILE *f = fopen("/proc/sys/net/ipv4/tcp_wmem", "re");
-  if (f) {
-    if (fscanf(f, "%lu %lu %lu", &lo, &def, &hi) == 3 && hi > 0) {
-      v = 4096;
-      while (v < hi && v < SHM_RING_WIDE) v <<= 1;
-    }
-    fclose(f);
+  if (r2s__proc_numbers("/proc/sys/net/ipv4/tcp_wmem", w, 3) == 3 && w[2] > 0) {
+    v = 4096;
+    while (v < w[2] && v < SHM_RING_WIDE) v <<= 1;
   }
   __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
   return v;
