@@ -234,12 +234,32 @@ int rd_check(const r2s_handshake_t *peer)
   return r2s__rdma_offer_get(peer, &o) < 0 ? -EPROTO : 0;
 }
 
+/* The peer made no RDMA offer (its budget had no room, or it has no
+ * device): having no queue pair of its own, it can never write to ours,
+ * so our registrations go now, and their budget with them, not when the
+ * connection ends. The queue pair, never connected, stays for the state's
+ * end; nothing uses the regions again (posting needs a connected queue
+ * pair, and the peer's ring was never copied). */
+static void shed(r2s_tp_state_t *st)
+{
+  if (st->own_mr) (void)R2S_V(ibv_dereg_mr)(st->own_mr);
+  if (st->credit_mr) (void)R2S_V(ibv_dereg_mr)(st->credit_mr);
+  st->own_mr = st->credit_mr = NULL;
+  r2s__rdma_budget_give(st->budget_held);
+  st->budget_held = 0;
+  if (st->wide) r2s__tp_slot_give(&wide_live);
+  st->wide = false;
+}
+
 int rd_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
 {
   if (foreign(st)) return -ECONNRESET;
   r2s_offer_rdma_t offer;
   const r2s_offer_rdma_t *o = &offer;
-  if (r2s__rdma_offer_get(peer, &offer) != 1) return -ENOPROTOOPT;
+  if (r2s__rdma_offer_get(peer, &offer) != 1) {
+    shed(st);
+    return -ENOPROTOOPT;
+  }
   if (o->qpn > 0xffffff || o->psn > 0xffffff || o->mtu < IBV_MTU_256 || o->mtu > IBV_MTU_4096 ||
       !r2s__rdma_ring_size_ok(o->ring_size) || (o->copy_max && !r2s__rdma_ring_size_ok(o->copy_max)))
     return -EPROTO;
