@@ -12,10 +12,16 @@
  * urgent marks with the peek-then-mark procedure of docs/protocol.md. */
 ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, int flags)
 {
-  struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
-  ssize_t n = r2s__libc.recvmsg(fd, &m, MSG_PEEK | MSG_DONTWAIT);
+  /* The bytes up to the next mark are counted (MSG_TRUNC), not copied:
+   * behind a switch mark they are frames, and a peek into the caller's
+   * buffer left them there, past the bytes the read then returned, where
+   * a program may keep bytes of its own (CPython's
+   * testRecvmsgIntoScatter found ours). At most 64 entries of the
+   * caller's iovec are filled (lk_trim_iov): a short read. */
+  struct iovec v[64];
+  int k = lk_trim_iov(v, iov, cnt, SIZE_MAX);
+  ssize_t n = lk_krecv(fd, NULL, r2s__iov_total(v, k), MSG_PEEK | MSG_TRUNC);
   if (n < 0) {
-    n = -errno;
     /* Nothing to read: a mark may stand at the reader with nothing behind
      * it yet. It is news only where a switch could follow the peer's
      * hello now (r2s__link_wants_lone_marks: the reader's wait watches
@@ -85,11 +91,12 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
   }
   if (n == 0 && !mark) set_rx_eof(l); /* not with a lone hello still to take (r2s__link_close) */
   if (n <= 0) return n;               /* 0: end of stream; -EAGAIN */
+  /* Exactly the bytes counted, into the caller's buffer: no mark can lie
+   * inside them (an urgent byte that came since lies behind them). */
+  struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)lk_trim_iov(v, v, k, (size_t)n)};
+  ssize_t got = r2s__libc.recvmsg(fd, &m, (flags & MSG_PEEK) | MSG_DONTWAIT);
+  if (got != n) return got < 0 ? -errno : -EPROTO;
   if (flags & MSG_PEEK) return n;
-  /* Consume exactly what was peeked: the bytes are already in the
-   * caller's buffer, and no mark can lie inside them. */
-  ssize_t k = lk_krecv(fd, NULL, (size_t)n, MSG_TRUNC);
-  if (k != n) return k < 0 ? k : -EPROTO;
   __atomic_store_n(&l->rx_consumed, l->rx_consumed + (uint64_t)n, __ATOMIC_RELAXED); /* r2s__link_info */
   return n;
 }

@@ -25,6 +25,9 @@
 #   epoll-after-close: a connection closed without EPOLL_CTL_DEL leaves the
 #                      epoll set: nothing of it is reported, not even to a
 #                      new connection on its descriptor number
+#   recv-untouched:    a read writes the bytes it returns into the caller's
+#                      buffers and no other byte (recvmsg_into, recv_into),
+#                      also the first read after the peer's switch mark
 #   buffer-sizes:      SO_SNDBUF and SO_RCVBUF the application set bound
 #                      what a writer has in flight, as TCP's do, and a
 #                      writer blocked on them fails when its reader closes
@@ -35,7 +38,7 @@
 # policy that failed. The connections are short or end in resets: their
 # bytes need not go through shared memory; where a case depends on the path,
 # the path is asserted from the stats.
-#   usage: tcp-exact.sh writer-reset|data-before-reset|oobinline-hello|oob-signalled|write-after-close|epoll-add-ready|epoll-after-close|buffer-sizes
+#   usage: tcp-exact.sh writer-reset|data-before-reset|oobinline-hello|oob-signalled|write-after-close|epoll-add-ready|epoll-after-close|buffer-sizes|recv-untouched
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/integration/mixed-lib.sh
@@ -45,7 +48,7 @@ r2s_python
 PEER=$(dirname "$0")/tcp_exact_peer.py
 CASE=${1:?usage: tcp-exact.sh CASE (see above)}
 case $CASE in
-  writer-reset | data-before-reset | oobinline-hello | oob-signalled | write-after-close | epoll-after-close) ROUNDS=6 ;;
+  writer-reset | data-before-reset | oobinline-hello | oob-signalled | write-after-close | epoll-after-close | recv-untouched) ROUNDS=6 ;;
   epoll-add-ready) ROUNDS=8 ;;
   buffer-sizes) ROUNDS=4 ;;
   *) fail "unknown case '$CASE'" ;;

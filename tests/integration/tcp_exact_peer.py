@@ -59,6 +59,14 @@ epoll itself, alternates when the urgent byte leaves instead). The cases:
         is added; the old one's peer closes, the new one's stays silent: an
         epoll_wait of AFTER_CLOSE_WAIT s reports nothing ("reuse"; where
         the number differs, the same without the new connection).
+  recv-untouched  The server reads at once with recvmsg_into into three
+        buffers that hold more than the 22-byte message the client sends a
+        moment later (a slice of the middle one), as CPython's
+        testRecvmsgIntoScatter does, then the end of the stream with
+        recv_into into a larger buffer: plain TCP writes the bytes it
+        returns and leaves every other byte of the buffers as it was.
+        (With R2SOCK_UPGRADE=now the message comes behind the client's
+        switch mark, the first thing the waiting read meets.)
   epoll-add-ready  A keep-alive connection after KEEPALIVE exchanges: the
         client sends the next request, then the server adds the connection
         to an epoll set that another thread already waits on (EPOLL_CTL_ADD
@@ -636,6 +644,73 @@ def write_after_close(rnd, lst):
     return f"{os.strerror(result['errno'])} at write {result['error_at']}"
 
 
+# ---- recv-untouched ------------------------------------------------------
+
+MESSAGE = b"Mary had a little lamb"   # 22 bytes
+
+
+def filled(bufs, data):
+    """The buffers (bytes, start, end) as a read of data into them leaves
+    them: data from the first on, every other byte as it was."""
+    out = []
+    for b, lo, hi in bufs:
+        take = data[:hi - lo]
+        data = data[len(take):]
+        out.append(b[:lo] + take + b[lo + len(take):])
+    return out
+
+
+def recv_untouched(rnd, lst):
+    blocking = rnd % 2 == 1
+    accept, connect = lst.pair_fns(blocking)
+    reading = threading.Event()
+    how = mode_name(blocking)
+
+    def server(e):
+        e.step = "accept"
+        s = accept()
+        b1, b2, b3 = bytearray(b"----"), bytearray(b"0123456789"), bytearray(b"-" * 32)
+        before = [bytes(b1), bytes(b2), bytes(b3)]
+        e.step = "recvmsg_into three buffers larger than the message"
+        reading.set()
+        n, _, _, _ = s.recvmsg_into([b1, memoryview(b2)[2:9], b3])
+        want = filled([(before[0], 0, 4), (before[1], 2, 9), (before[2], 0, 32)], MESSAGE[:n])
+        if n == 0 or [bytes(b1), bytes(b2), bytes(b3)] != want:
+            raise Mismatch(f"plain TCP writes the {n} bytes a read returns and no other: expected buffers {want!r},"
+                           f" seen {[bytes(b1), bytes(b2), bytes(b3)]!r} ({how})")
+        rest = bytearray()
+        while len(rest) < len(MESSAGE) - n:
+            e.step = "reading the rest of the message"
+            d = s.recv(len(MESSAGE))
+            if not d:
+                break
+            rest += d
+        if MESSAGE[:n] + bytes(rest) != MESSAGE:
+            raise Mismatch(f"plain TCP gives the server {MESSAGE!r}; seen {MESSAGE[:n] + bytes(rest)!r} ({how})")
+        big = bytearray(b"=" * 64)
+        e.step = "recv_into a buffer at the end of the stream (plain TCP: 0, the buffer as it was)"
+        k = s.recv_into(big)
+        if k != 0 or bytes(big) != b"=" * 64:
+            raise Mismatch(f"plain TCP returns 0 at the end of the stream and writes nothing; seen {k},"
+                           f" {bytes(big)!r} ({how})")
+        s.close()
+
+    def client(e):
+        e.step = "connect"
+        c = connect()
+        wait(reading, "the server's read")
+        time.sleep(0.1)  # it waits inside the call
+        e.step = "sending the message"
+        c.sendall(MESSAGE)
+        c.shutdown(socket.SHUT_WR)
+        e.step = "reading the server's end of the stream"
+        read_to_eof(c)
+        c.close()
+
+    both(3 * STEP_BOUND, how, server=server, client=client)
+    return how
+
+
 # ---- epoll-add-ready -----------------------------------------------------
 
 def epoll_add_ready(rnd, lst):
@@ -924,6 +999,7 @@ CASES = {
     "epoll-add-ready": epoll_add_ready,
     "buffer-sizes": buffer_sizes,
     "epoll-after-close": epoll_after_close,
+    "recv-untouched": recv_untouched,
 }
 
 
