@@ -80,8 +80,10 @@ case $mode in
       n=$(grep -c '/memfd:r2s-ring' "/proc/$pid/maps" || true)
       named=$(grep -c ' /dev/shm/r2s-[0-9]' "/proc/$pid/maps" || true)
       ((n == 2 && named == 0)) || fail "pid $pid maps $n memfd rings and $named named ones (expected 2 and 0)"
-      # the server's /dev/shm may be its own: look at it as it sees it
-      left=$(find "/proc/$pid/root/dev/shm/" /dev/shm/ -maxdepth 1 -name "r2s-[0-9]*" -printf '%f ' 2>/dev/null)
+      # the server's /dev/shm may be its own: look at it as it sees it.
+      # Only these two processes' names: other tests may run beside this one.
+      left=$(find "/proc/$pid/root/dev/shm/" /dev/shm/ -maxdepth 1 \( -name "r2s-$SPID-*" -o -name "r2s-$CPID-*" \) \
+        -printf '%f ' 2>/dev/null)
       [[ -z $left ]] || fail "ring names left in a /dev/shm during the live connection: $left"
     done
     wait "$CPID" || fail "the client failed: $(tail -n 5 "$OUT/client.log")"
