@@ -160,7 +160,28 @@ void r2s__ep_clear(r2s_ep_reg_t *r)
 {
   free(r->v);
   free(r->heads);
+  free(r->act);
   r->v = NULL;
   r->heads = NULL;
+  r->act = NULL;
   r->n = r->cap = r->bits = 0;
+  r->nact = r->act_cap = 0;
+  r->act_valid = r->carried = false;
+}
+
+bool r2s__ep_act_add(r2s_ep_reg_t *r, r2s_ep_entry_t *e)
+{
+  if (e->active) return true;
+  if (r->nact == r->act_cap) {
+    unsigned cap = r->act_cap ? r->act_cap * 2 : 16;
+    int *v = realloc(r->act, (size_t)cap * sizeof *v);
+    if (!v) {
+      r->act_valid = false;
+      return false;
+    }
+    r->act = v, r->act_cap = cap;
+  }
+  r->act[r->nact++] = e->fd;
+  e->active = true;
+  return true;
 }

@@ -27,6 +27,8 @@
  *    only slower, and the next growth tries again. With no memory for the
  *    entry itself, r2s__ep_add makes none: the kernel's registration
  *    stands alone, and waits report the kernel's answer for it.
+ *  - The set also keeps the fds of its active entries (r->act,
+ *    r2s__ep_act_add), freed with the rest by r2s__ep_clear.
  *  - r2s__ep_reindex relinks every entry into the index's own buckets,
  *    with no allocation: for the child of a fork, whose parent may have
  *    been in the middle of a change.
@@ -51,6 +53,12 @@ void r2s__ep_remove(r2s_ep_reg_t *r, r2s_ep_entry_t *at);
 /* Empties the set and frees its entries and index. */
 void r2s__ep_clear(r2s_ep_reg_t *r);
 void r2s__ep_reindex(r2s_ep_reg_t *r);
+/* Puts e's fd on the set's list of active links (r->act), unless it is
+ * there; false with no memory for it (the list is then not valid, and
+ * the next wait looks at every entry). An fd stays on the list until a
+ * walk of it finds no entry for it, or one that is not active (a new
+ * registration at the number starts inactive), and is dropped then. */
+bool r2s__ep_act_add(r2s_ep_reg_t *r, r2s_ep_entry_t *e);
 /* The bucket of key among 1 << bits (4 to 32), for the unit test's
  * collisions. */
 unsigned r2s__ep_bucket(uint64_t key, unsigned bits);

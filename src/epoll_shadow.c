@@ -250,7 +250,16 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
         r2s__ep_set(r, e, &now);
       else
         e = r2s__ep_add(r, &now); /* NULL, out of memory: the kernel's answer stands for it */
-      if (e) r2s__conn_set_flag(c, R2S_CONN_EPOLLED, true);
+      if (e) {
+        r2s__conn_set_flag(c, R2S_CONN_EPOLLED, true);
+        /* The waits' list of active links learns of it now (epoll_wait.c):
+         * a set whose list stands looks at no other entry. */
+        if (!r2s__conn_passthrough(c)) {
+          r->carried = true;
+          r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+          if (l && r2s__link_active(l)) (void)r2s__ep_act_add(r, e);
+        }
+      }
     }
     pthread_mutex_unlock(&r->lock);
   }

@@ -46,6 +46,8 @@ typedef struct r2s_ep_entry_s {
   uint8_t et_have;    /* EPOLLET: which of et_gen hold a reported state (bit 0 IN, 1 OUT) */
   uint64_t et_gen[2]; /* EPOLLET: r2s__link_edge_gen when EPOLLIN, EPOLLOUT were last reported */
   unsigned next[2];   /* the index's chains by fd and by data (epoll_index.h) */
+  bool active;        /* its fd is on the set's list of active links (epoll_index.h) */
+  unsigned walked;    /* the walk of the list that last looked at it */
 } r2s_ep_entry_t;
 
 /* A connection added (or modified) while another thread already sleeps in
@@ -74,6 +76,18 @@ typedef struct r2s_ep_reg_s {
   unsigned *heads;
   unsigned bits;
   unsigned round;     /* counts epoll_wait calls, to report an entry once per call */
+  /* The fds of the entries whose links are active (r2s__link_active), so
+   * that a wait looks at those alone, not at a crowd of connections the
+   * kernel answers for (epoll_index.h); valid while act_epoch is
+   * r2s__link_activations and the list was made less than a second ago
+   * (act_ns). carried: an entry's connection may be carried (not in
+   * pass-through), as the last full look or a registration since found;
+   * if none is, the kernel answers for the whole set. */
+  int *act;
+  unsigned nact, act_cap, walk;
+  bool act_valid, carried;
+  unsigned long act_epoch;
+  int64_t act_ns;
   r2s_ep_wake_t wake; /* r->lock */
   uint64_t poke;      /* the poke socket registered in the set (poke.h; 0: none), r->lock */
   int waiters;        /* atomic: threads in an epoll wait on the set (r2s__epoll_wait) */

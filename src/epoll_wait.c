@@ -79,53 +79,112 @@ static bool arm_list_add(arm_list_t *a, const r2s_ep_entry_t *e, short events)
   return true;
 }
 
+/* How long a set's list of active links stands for the set without a
+ * look at every entry: that look also learns whether any connection is
+ * carried at all, which pass-through may have ended. */
+#define ACT_LIST_NS 1000000000ll
+
+/* Whether the list of active links (r->act) can stand for the whole set:
+ * made since the last link of the process became active, and less than
+ * ACT_LIST_NS ago. r->lock held. */
+static bool act_list_stands(const r2s_ep_reg_t *r, int64_t now)
+{
+  return r->act_valid && r->act_epoch == __atomic_load_n(&r2s__link_activations, __ATOMIC_SEQ_CST) &&
+         now - r->act_ns < ACT_LIST_NS;
+}
+
+/* Takes the i-th fd off the list of active links (the last takes its
+ * place). r->lock held. */
+static void act_drop(r2s_ep_reg_t *r, unsigned i)
+{
+  r->act[i] = r->act[--r->nact];
+}
+
 /* Readiness of the carried connections registered in r, up to max events;
- * -ENOENT if none of its registrations is a carried connection. A wait
- * that began at `began` (0: none) ends for the links found ready. Arming
- * (a not NULL), the links armed go on a's list; a->sure is cleared if one
- * of them may change without waking the kernel's wait
- * (r2s__link_wakes_sure), or could not be listed (then it is not armed:
- * the sleep keeps its slice). */
+ * -ENOENT if none of its registrations is a carried connection. Only the
+ * links that are active (r2s__link_active) are looked at: the kernel
+ * answers for the others, through its own events (filter). They are
+ * found on the set's list of them, which a look at every entry makes
+ * again once a link of the process became active since, or a second has
+ * passed: a crowd of idle connections costs a wait nothing per
+ * connection. A wait that began at `began` (0: none) ends for the links
+ * found ready. Arming (a not NULL), the links armed go on a's list;
+ * a->sure is cleared if one of them may change without waking the
+ * kernel's wait (r2s__link_wakes_sure), or could not be listed (then it
+ * is not armed: the sleep keeps its slice). */
 static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t *a, int64_t began)
 {
   bool arm = a != NULL;
   int k = 0;
-  bool any = false;
   pthread_mutex_lock(&r->lock);
-  for (unsigned i = 0; i < r->n && k < max; i++) {
-    r2s_ep_entry_t *e = &r->v[i];
+  int64_t now = r2s__now_ns();
+  bool all = !act_list_stands(r, now);
+  if (all) {
+    /* Read before the look: a link that becomes active during it makes
+     * the next wait look again. */
+    r->act_epoch = __atomic_load_n(&r2s__link_activations, __ATOMIC_SEQ_CST);
+    r->act_ns = now;
+    r->act_valid = true;
+    r->carried = false;
+    r->nact = 0;
+  }
+  r->walk++;
+  unsigned i = 0;
+  while (all ? i < r->n : i < r->nact && k < max) {
+    r2s_ep_entry_t *e;
+    if (all) {
+      e = &r->v[i++];
+      e->active = false;
+    } else {
+      e = r2s__ep_find_fd(r, r->act[i]);
+      if (!e || !e->active || e->walked == r->walk) { /* gone, registered anew, or twice on the list */
+        act_drop(r, i);
+        continue;
+      }
+      i++;
+    }
+    e->walked = r->walk;
     if (e->fired) continue;
     r2s_conn_t *c = r2s__ready_carried(e->fd);
-    if (!c) continue;
-    if (r2s__ep_same_conn(e, c)) {
-      any = true;
-      short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
-      short rev;
-      if (arm) {
-        if (arm_list_add(a, e, want)) {
-          rev = r2s__link_arm(c->link, e->fd, want);
-          if (a->sure && !r2s__link_wakes_sure(c->link)) a->sure = false;
-        } else {
-          rev = r2s__link_poll(c->link, e->fd, want, &owned) & owned;
-          a->sure = false;
-        }
+    if (!c || !r2s__ep_same_conn(e, c)) {
+      if (c) r2s__conn_put(c);
+      if (!all) e->active = false, act_drop(r, --i); /* in pass-through now, or another connection */
+      continue;
+    }
+    r->carried = true;
+    if (!r2s__link_active(c->link) || k >= max) {
+      if (all && r2s__link_active(c->link)) (void)r2s__ep_act_add(r, e);
+      r2s__conn_put(c);
+      continue;
+    }
+    if (all) (void)r2s__ep_act_add(r, e); /* no memory: the list is not valid, and the next wait looks at all */
+    short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+    short rev;
+    if (arm) {
+      if (arm_list_add(a, e, want)) {
+        rev = r2s__link_arm(c->link, e->fd, want);
+        if (a->sure && !r2s__link_wakes_sure(c->link)) a->sure = false;
       } else {
-        rev = r2s__link_poll(c->link, e->fd, want, &owned) & (short)(owned | POLLERR);
+        rev = r2s__link_poll(c->link, e->fd, want, &owned) & owned;
+        a->sure = false;
       }
-      if (arm) owned = rev; /* r2s__link_arm answers for owned bits only */
-      uint32_t got = edges_only(e, c->link, (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP), owned);
-      if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
-        if (began)
-          r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
-        out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
-        e->round = r->round;
-        if (e->events & EPOLLONESHOT) e->fired = true;
-      }
+    } else {
+      rev = r2s__link_poll(c->link, e->fd, want, &owned) & (short)(owned | POLLERR);
+    }
+    if (arm) owned = rev; /* r2s__link_arm answers for owned bits only */
+    uint32_t got = edges_only(e, c->link, (uint32_t)rev & (e->events | EPOLLERR | EPOLLHUP), owned);
+    if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
+      if (began)
+        r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
+      out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
+      e->round = r->round;
+      if (e->events & EPOLLONESHOT) e->fired = true;
     }
     r2s__conn_put(c);
   }
+  bool carried = r->carried;
   pthread_mutex_unlock(&r->lock);
-  return any || k ? k : -ENOENT;
+  return carried || k ? k : -ENOENT;
 }
 
 /* The links on a's list, of connections still carried: a link gone since
@@ -215,20 +274,22 @@ typedef struct ep_wait_s {
   arm_list_t a;  /* the links armed, until unarmed */
 } ep_wait_t;
 
-/* The carried entries not yet fired (EPOLLONESHOT), under the registry
+/* The carried entries not yet fired (EPOLLONESHOT) whose links are
+ * active (those on the set's list, while it stands), under the registry
  * lock, for the spin and the nap. */
 static void each_entry(r2s_wait_t *w, r2s_wait_visit_t fn, void *arg)
 {
   r2s_ep_reg_t *r = ((ep_wait_t *)w)->r;
   bool stop = false;
   pthread_mutex_lock(&r->lock);
-  for (unsigned i = 0; i < r->n && !stop; i++) {
-    r2s_ep_entry_t *e = &r->v[i];
-    if (e->fired) continue;
+  bool all = !act_list_stands(r, r2s__now_ns());
+  for (unsigned i = 0; i < (all ? r->n : r->nact) && !stop; i++) {
+    r2s_ep_entry_t *e = all ? &r->v[i] : r2s__ep_find_fd(r, r->act[i]);
+    if (!e || e->fired || (!all && !e->active)) continue;
     r2s_conn_t *c = r2s__ready_carried(e->fd);
     if (!c) continue;
     short want = (short)(e->events & (EPOLLIN | EPOLLOUT));
-    if (r2s__ep_same_conn(e, c)) stop = fn(arg, c->link, want, want);
+    if (r2s__ep_same_conn(e, c) && r2s__link_active(c->link)) stop = fn(arg, c->link, want, want);
     r2s__conn_put(c);
   }
   pthread_mutex_unlock(&r->lock);

@@ -114,6 +114,14 @@ void r2s__link_info(const r2s_link_t *l, int *rx, int *tx, int *why);
  * the wrappers of waits (poll, select, epoll) call libc directly. */
 extern unsigned r2s__links_active;
 
+/* Whether the link answers for readiness the kernel cannot see: one of
+ * its directions went into frames or a ring, or it failed (it stays so).
+ * Until then, polling or arming it tells nothing the kernel does not.
+ * r2s__link_activations (atomic) counts the links that became so; each
+ * also pokes the waits sleeping without a slice (poke.h). */
+bool r2s__link_active(const r2s_link_t *l);
+extern unsigned long r2s__link_activations;
+
 /* Read on every wrapped call: inline, from the struct's first member (an
  * int, as conn.h reads it too; link/internal.h asserts the layout). */
 static inline bool r2s__link_passthrough(const r2s_link_t *l)

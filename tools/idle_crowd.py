@@ -16,6 +16,13 @@ client --port P --conns N [--parallel K] [--timeout S]
     and holds them all idle until SIGUSR1 (or the timeout), then closes
     them and prints
       idle_crowd client: OK conns=N
+ping --port P [--secs S]
+    One more connection, busy beside the crowd: requests one after the
+    other for S seconds (default 3), each response read and checked; the
+    server must have been started with one connection more. Prints
+      idle_crowd ping: OK requests=R rate=R_PER_S
+    (what a crowd of idle connections costs a busy one: each of the
+    server's waits may look at every registration of its set).
 shm PID...
     Shared memory of r2sock mapped by these processes: every mapping whose
     file is one of the shim's ring segments (/dev/shm/r2s-..., or a
@@ -175,6 +182,28 @@ def shm(a):
     print(f"idle_crowd shm: segments={len(seen)} bytes={used} size={size}")
 
 
+def ping(a):
+    s = socket.create_connection(("127.0.0.1", a.port), timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    n = 0
+    start = time.monotonic()
+    end = start + a.secs
+    while time.monotonic() < end:
+        s.sendall(REQ)
+        got = b""
+        while len(got) < len(RESP):
+            more = s.recv(len(RESP) - len(got))
+            if not more:
+                die("ping: the server closed the connection")
+            got += more
+        if got != RESP:
+            die(f"ping: response {got!r}, expected {RESP!r}")
+        n += 1
+    took = time.monotonic() - start
+    s.close()
+    print(f"idle_crowd ping: OK requests={n} rate={n / took:.0f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description="many idle keep-alive connections")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -185,10 +214,13 @@ def main():
         p.add_argument("--timeout", type=float, default=600)
         if name == "client":
             p.add_argument("--parallel", type=int, default=32)
+    p = sub.add_parser("ping")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--secs", type=float, default=3)
     p = sub.add_parser("shm")
     p.add_argument("pids", type=int, nargs="+")
     a = ap.parse_args()
-    {"server": server, "client": client, "shm": shm}[a.cmd](a)
+    {"server": server, "client": client, "ping": ping, "shm": shm}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ struct r2s_link_s {
   int peer_shim;          /* the peer announced itself */
   int peer_hello;         /* its hello byte once seen (atomic), else 0 */
   int failed;             /* -errno after a protocol error: the connection is reset */
+  int activated;          /* atomic: the link answers for readiness too (lk_activate), once set */
   int sock_err;           /* atomic: the socket's error (a reset) that a call of the shim's took from
                            * the kernel, which reports one once: the application's next call gets it */
   r2s_policy_t policy;    /* when to switch and which transport to offer: the options', or a rule's */
@@ -220,6 +221,21 @@ static inline void lk_changed(r2s_link_t *l)
   r2s__poke_if(l == lk_arming ? n - lk_arming_n : n);
 }
 
+/* From the first switch of a direction into frames or a ring, or a
+ * failure, the link answers for some readiness the kernel cannot see
+ * (ready.c), so the waits of epoll sets must look at it and arm it: it
+ * is counted among r2s__link_activations, which makes every set look at
+ * all its connections again (epoll_wait.c), and a wait sleeping without
+ * a slice is poked, since it armed no link that would poke it. Before,
+ * the kernel answers for it alone. */
+static inline void lk_activate(r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->activated, __ATOMIC_ACQUIRE) || __atomic_exchange_n(&l->activated, 1, __ATOMIC_SEQ_CST))
+    return;
+  __atomic_add_fetch(&r2s__link_activations, 1, __ATOMIC_SEQ_CST);
+  r2s__poke_if(1);
+}
+
 static inline void set_rx_eof(r2s_link_t *l)
 {
   __atomic_store_n(&l->rx_eof, true, __ATOMIC_RELEASE);
@@ -229,12 +245,14 @@ static inline void set_rx_eof(r2s_link_t *l)
 static inline void set_rx(r2s_link_t *l, int s)
 {
   __atomic_store_n(&l->rx_state, s, __ATOMIC_RELEASE);
+  if (s == R2S_RX_FRAMES || s == R2S_RX_RING) lk_activate(l);
   lk_changed(l);
 }
 
 static inline void set_tx(r2s_link_t *l, int s)
 {
   __atomic_store_n(&l->tx_state, s, __ATOMIC_RELEASE);
+  if (s == R2S_TX_FRAMES || s == R2S_TX_RING) lk_activate(l);
   lk_changed(l);
 }
 

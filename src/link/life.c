@@ -13,6 +13,7 @@
 #include "rules.h"
 
 unsigned r2s__links_active;
+unsigned long r2s__link_activations;
 
 /* Both directions settled on plain TCP: from now on the wrappers skip the
  * link entirely. Not while bytes read ahead wait for the application: the
@@ -34,6 +35,7 @@ void lk_settle_plain(r2s_link_t *l)
 void lk_fail(r2s_link_t *l, int err, const char *why)
 {
   if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) != 0) return;
+  lk_activate(l);
   lk_changed(l);
   R2S_STAT_INC(reset_protocol);
   r2s__warn(
@@ -49,6 +51,7 @@ void lk_fail(r2s_link_t *l, int err, const char *why)
 void lk_fail_tx(r2s_link_t *l, int err, const char *why)
 {
   if (__atomic_exchange_n(&l->failed, -ECONNRESET, __ATOMIC_ACQ_REL) != 0) return;
+  lk_activate(l);
   lk_changed(l);
   R2S_STAT_INC(reset_protocol);
   r2s__warn("connection reset: %s (%s; tx state %d)", why, strerror(-err), l->tx_state);
@@ -312,4 +315,9 @@ void r2s__link_fork_child(r2s_link_t *l)
 pthread_mutex_t *r2s__link_lock(r2s_link_t *l, bool tx)
 {
   return tx ? &l->tx_lock : &l->rx_lock;
+}
+
+bool r2s__link_active(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->activated, __ATOMIC_SEQ_CST) != 0;
 }
