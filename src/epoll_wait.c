@@ -152,12 +152,12 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
       continue;
     }
     r->carried = true;
-    if (!r2s__link_active(c->link) || k >= max) {
-      if (all && r2s__link_active(c->link)) (void)r2s__ep_act_add(r, e);
+    bool active = r2s__link_active(c->link);
+    if (all && active) (void)r2s__ep_act_add(r, e); /* no memory: the list is not valid, the next wait looks at all */
+    if (!active || k >= max) {
       r2s__conn_put(c);
       continue;
     }
-    if (all) (void)r2s__ep_act_add(r, e); /* no memory: the list is not valid, and the next wait looks at all */
     short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
     short rev;
     if (arm) {

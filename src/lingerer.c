@@ -3,7 +3,6 @@
 #include "lingerer.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/sockios.h>
 #include <poll.h>
 #include <signal.h>

@@ -36,10 +36,19 @@ void rd_destroy(r2s_tp_state_t *st)
 
 static unsigned wide_live; /* connections holding a wide ring */
 
+/* The process's share this state holds: its budget reservation (none in
+ * a fork child, whose budget started empty) and a wide ring's slot. */
+static void give_back(r2s_tp_state_t *st)
+{
+  if (!foreign(st)) r2s__rdma_budget_give(st->budget_held);
+  st->budget_held = 0;
+  if (st->wide) r2s__tp_slot_give(&wide_live);
+  st->wide = false;
+}
+
 void rd_free_state(r2s_tp_state_t *st)
 {
-  if (st->wide) r2s__tp_slot_give(&wide_live);
-  if (!foreign(st)) r2s__rdma_budget_give(st->budget_held);
+  give_back(st);
   int fd = rd_own_fd(st);
   if (fd >= 0) r2s__libc.close(fd);
   free(st->own_mem);
@@ -245,10 +254,7 @@ static void shed(r2s_tp_state_t *st)
   if (st->own_mr) (void)R2S_V(ibv_dereg_mr)(st->own_mr);
   if (st->credit_mr) (void)R2S_V(ibv_dereg_mr)(st->credit_mr);
   st->own_mr = st->credit_mr = NULL;
-  r2s__rdma_budget_give(st->budget_held);
-  st->budget_held = 0;
-  if (st->wide) r2s__tp_slot_give(&wide_live);
-  st->wide = false;
+  give_back(st);
 }
 
 int rd_connect(r2s_tp_state_t *st, const r2s_handshake_t *peer)
