@@ -78,17 +78,21 @@ write_guest_env() {
   } > "$f"
 }
 
-# boot_guest ID SMP MEM TMO [extra qemu args...]: run one guest to completion
-# (foreground). The guest powers itself off when its command ends; the host
-# timeout only catches a guest that hangs (boot problem, stuck kernel).
+# boot_guest ID SMP MEM TMO [extra qemu args...]: run one guest to completion.
+# The guest powers itself off when its command ends; the host timeout only
+# catches a guest that hangs (a stuck kernel, a command past its own
+# timeout). Returns qemu's status (124 after the host timeout), or
+# NO_BOOT when the guest did not say it was ready within BOOT_LIMIT s, or
+# when another guest of the run did not (the file $RUN/no-boot): then its
+# qemu is stopped, and the caller may boot the run again (boot_retry).
 boot_guest() {
   local id=$1 smp=$2 mem=$3 tmo=$4; shift 4
   local sfx=${id:+.$id}
   # quiet/loglevel: every console line costs time under TCG. panic=-1 +
   # -no-reboot: if PID 1 dies, qemu exits instead of hanging.
   local append="console=ttyS0 quiet loglevel=4 panic=-1 mitigations=off tsc=reliable no_timer_check"
-  # R2SOCK_VM_DEBUG=1: the kernel's boot messages on the console, for a guest
-  # that does not come up
+  # R2SOCK_VM_DEBUG=1 (and a second boot after one that did not come up):
+  # the kernel's boot messages on the console
   [ -n "${R2SOCK_VM_DEBUG:-}" ] && append="console=ttyS0 loglevel=7 panic=-1 mitigations=off tsc=reliable no_timer_check"
   # The kernel command line splits at white space, and a checkout may have
   # some in its path ("/tmp/r2 sock/main"): stage2 is named by its copy in
@@ -104,11 +108,41 @@ boot_guest() {
       -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
       -fsdev local,id=xfer,path="${RUN//,/,,}",security_model=none \
       -device virtio-9p-pci,fsdev=xfer,mount_tag=xfer \
-      "$@" < /dev/null > "$RUN/qemu$sfx.log" 2>&1
+      "$@" < /dev/null > "$RUN/qemu$sfx.log" 2>&1 &
+  # $pid is our child until the `wait` below reaps it, so a signal to it
+  # reaches this timeout(1) and no other process
+  local pid=$! t0=$SECONDS
+  while [ ! -f "$RUN/guest$sfx.boot" ] && kill -0 "$pid" 2>/dev/null; do
+    if [ -f "$RUN/no-boot" ] || [ $((SECONDS - t0)) -ge "$BOOT_LIMIT" ]; then
+      [ -f "$RUN/no-boot" ] || note "guest${id:+ $id} did not come up within ${BOOT_LIMIT}s"
+      : > "$RUN/no-boot"
+      kill -TERM "$pid" 2>/dev/null
+      wait "$pid"
+      return "$NO_BOOT"
+    fi
+    sleep 0.5
+  done
+  wait "$pid"
 }
 # Seconds allowed for boot + setup + power-off on top of the command's own
-# timeout. A TCG boot takes ~20 s on an idle machine; allow for a loaded one.
+# timeout. A TCG boot takes ~5-20 s; allow for a loaded machine.
 BOOT_MARGIN=${R2SOCK_VM_BOOT_MARGIN:-150}
+# A guest not ready (rxe0 up, the command about to start) after this long
+# has hung in its boot: under TCG that happens, rarely, with nothing on the
+# console; it is no test's failure.
+BOOT_LIMIT=${R2SOCK_VM_BOOT_LIMIT:-120}
+NO_BOOT=75
+
+# boot_retry: after a boot that did not come up, clear what that boot left in
+# the run dir and say that the next one shows the kernel's messages (kept
+# from the first in console*.log.no-boot, for a look at where it stopped).
+boot_retry() {
+  local f
+  note "booting again, with the kernel's messages on the console"
+  for f in "$RUN"/console*.log; do [ -f "$f" ] && mv -f "$f" "$f.no-boot"; done
+  rm -f "$RUN"/guest*.out "$RUN"/guest*.rc "$RUN"/guest*.boot "$RUN"/guest*.end "$RUN"/qemu*.log "$RUN/no-boot"
+  export R2SOCK_VM_DEBUG=1
+}
 
 # guest_result ID QEMU_RC: print the guest's output; set GRC to its exit
 # status (124: timed out, 125: no status at all) and GBOOT to the boot time.
@@ -126,7 +160,9 @@ guest_result() {
       tail -n 25 "$RUN/console$sfx.log" >&2 2>/dev/null
     fi
   else
-    if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+    if [ "$qrc" = "$NO_BOOT" ]; then
+      note "guest${id:+ $id} did not come up, twice; console log tail:"; GRC=125
+    elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
       note "guest${id:+ $id} timed out (host-side timeout); console log tail:"; GRC=124
     else
       note "guest${id:+ $id} gave no exit status (qemu rc $qrc); console log tail:"; GRC=125
