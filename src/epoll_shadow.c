@@ -244,8 +244,12 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
     } else if (c && ev && (e || op == EPOLL_CTL_ADD)) {
       /* ADD over an entry left by a socket the kernel dropped from the
        * set (closed) renews it, as MOD does. */
-      r2s_ep_entry_t now = {
-          .fd = fd, .events = ev->events, .data = ev->data.u64, .conn = c, .conn_id = c->id};
+      r2s_ep_entry_t now = {.fd = fd,
+                            .events = ev->events,
+                            .data = ev->data.u64,
+                            .conn = c,
+                            .conn_id = c->id,
+                            .busy_ns = r2s__now_ns()};
       if (e)
         r2s__ep_set(r, e, &now);
       else
@@ -257,6 +261,9 @@ void r2s__epoll_ctl_shadow(int epfd, int op, int fd, const struct epoll_event *e
         if (!r2s__conn_passthrough(c)) {
           r->carried = true;
           r2s_link_t *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+          /* What it is registered for may be more than a quiet link
+           * answers for (link.h): it is looked at again. */
+          if (l) r2s__link_unquiet(l);
           if (l && r2s__link_active(l)) (void)r2s__ep_act_add(r, e);
         }
       }

@@ -48,6 +48,7 @@ typedef struct r2s_ep_entry_s {
   unsigned next[2];   /* the index's chains by fd and by data (epoll_index.h) */
   bool active;        /* its fd is on the set's list of active links (epoll_index.h) */
   unsigned walked;    /* the walk of the list that last looked at it */
+  int64_t busy_ns;    /* when it was registered or last reported (epoll_wait.c, quiet links) */
 } r2s_ep_entry_t;
 
 /* A connection added (or modified) while another thread already sleeps in

@@ -84,6 +84,13 @@ static bool arm_list_add(arm_list_t *a, const r2s_ep_entry_t *e, short events)
  * carried at all, which pass-through may have ended. */
 #define ACT_LIST_NS 1000000000ll
 
+/* How long an entry that wants only to read stays unreported before a
+ * wait that arms leaves its link to the kernel (r2s__link_quiet): a crowd
+ * of idle keep-alive connections in their rings then costs a wait nothing
+ * per connection either. Each such link that wakes makes every set look
+ * at all its connections once; not sooner than this keeps that rare. */
+#define QUIET_NS 1000000000ll
+
 /* Whether the list of active links (r->act) can stand for the whole set:
  * made since the last link of the process became active, and less than
  * ACT_LIST_NS ago. r->lock held. */
@@ -153,12 +160,23 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     }
     r->carried = true;
     bool active = r2s__link_active(c->link);
+    short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
+    /* A quiet link is the kernel's until it wakes (link.h); one that wants
+     * only to read and was not reported for long becomes quiet, when this
+     * wait would arm it anyway. */
+    if (active && k < max &&
+        (r2s__link_is_quiet(c->link) ||
+         (arm && (want & (EPOLLIN | EPOLLOUT)) == EPOLLIN && now - e->busy_ns >= QUIET_NS &&
+          r2s__link_quiet(c->link, e->fd, now - QUIET_NS)))) {
+      if (!all) e->active = false, act_drop(r, --i);
+      r2s__conn_put(c);
+      continue;
+    }
     if (all && active) (void)r2s__ep_act_add(r, e); /* no memory: the list is not valid, the next wait looks at all */
     if (!active || k >= max) {
       r2s__conn_put(c);
       continue;
     }
-    short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
     short rev;
     if (arm) {
       if (arm_list_add(a, e, want)) {
@@ -178,6 +196,7 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
         r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
       out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
       e->round = r->round;
+      e->busy_ns = now;
       if (e->events & EPOLLONESHOT) e->fired = true;
     }
     r2s__conn_put(c);
@@ -248,7 +267,7 @@ static int filter(r2s_ep_reg_t *r, struct epoll_event *done, int ndone, struct e
             events =
                 (uint32_t)(uint16_t)r2s__ready_kernel_in(c, e->fd, want, (short)events) | (events & ~0xffffu);
           if ((events & EPOLLPRI) && r2s__ready_urgent_hidden(c, e->fd)) events &= ~(uint32_t)EPOLLPRI;
-          if (events) e->round = r->round;
+          if (events) e->round = r->round, e->busy_ns = r2s__now_ns();
           if (began && (rev & owned & (POLLIN | POLLOUT)))
             r2s__link_spin_learn(c->link, (short)(rev & owned & (POLLIN | POLLOUT)), r2s__now_ns() - began,
                                  true);

@@ -62,6 +62,7 @@
   X(waits_slice_expired, "sleeps that ran their whole 100 ms slice (a missed doorbell costs one)")           \
   X(waits_unsliced, "sleeps of an epoll wait that needed no slice: every change of its links wakes it")      \
   X(pokes, "epoll waits sleeping without a slice woken: another thread took a link's wake-up or changed it") \
+  X(links_quiet, "idle connections in their rings that an epoll set left to the kernel until they woke")     \
   X(waits_woke_early, "sleeps of a blocked send or receive that woke with no room or bytes for it yet")      \
   X(waits_polled, "poll, select and epoll_wait calls that polled rings before they slept or were answered")  \
   X(waits_nap, "times a blocked reader of a stream napped: slept briefly without asking for a doorbell")     \

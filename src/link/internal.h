@@ -110,6 +110,8 @@ struct r2s_link_s {
    * the socket or changes the link while one is armed may have taken its
    * wake-up, and pokes (lk_changed, poke.h). */
   int sleepers[2];
+  int quiet; /* armed for POLLIN on its own account (r2s__link_quiet; atomic) */
+  int64_t quiet_ended_ns; /* when it last stopped being quiet (atomic) */
   bool have_peer_hs;
   r2s_handshake_t peer_hs;
   bool peer_ready; /* READY received: the peer's end takes our writes */
@@ -215,6 +217,7 @@ static inline int FAILED(const r2s_link_t *l)
  * looks after arming. */
 static inline void lk_changed(r2s_link_t *l)
 {
+  if (__atomic_load_n(&l->quiet, __ATOMIC_ACQUIRE)) r2s__link_unquiet(l);
   extern __thread const r2s_link_t *lk_arming;
   extern __thread int lk_arming_n;
   int n = __atomic_load_n(&l->sleepers[0], __ATOMIC_SEQ_CST) + __atomic_load_n(&l->sleepers[1], __ATOMIC_SEQ_CST);

@@ -313,6 +313,52 @@ bool r2s__link_wakes_sure(r2s_link_t *l)
           __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_RING);
 }
 
+/* The quiet states (l->quiet): none, being armed, armed. */
+enum { QUIET_NONE, QUIET_ARMING, QUIET_ARMED };
+
+bool r2s__link_is_quiet(const r2s_link_t *l)
+{
+  return __atomic_load_n(&l->quiet, __ATOMIC_ACQUIRE) != QUIET_NONE;
+}
+
+bool r2s__link_quiet(r2s_link_t *l, int fd, int64_t idle_since)
+{
+  if (r2s__link_is_quiet(l)) return true;
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING || !r2s__link_wakes_sure(l) || FAILED(l) ||
+      __atomic_load_n(&l->quiet_ended_ns, __ATOMIC_RELAXED) > idle_since)
+    return false;
+  int none = QUIET_NONE;
+  if (!__atomic_compare_exchange_n(&l->quiet, &none, QUIET_ARMING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    return true;
+  /* Armed as a wait arms, and looked at after the peer can see the word:
+   * bytes published before it saw the word are found here. Whatever ends
+   * the quiet meanwhile (lk_changed: the look itself may take a frame)
+   * leaves the arm to us to give back. */
+  short rev = r2s__link_arm(l, fd, POLLIN);
+  int arming = QUIET_ARMING;
+  if (!(rev & POLLIN) &&
+      __atomic_compare_exchange_n(&l->quiet, &arming, QUIET_ARMED, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    R2S_STAT_INC(links_quiet);
+    return true;
+  }
+  r2s__link_unarm(l, POLLIN);
+  r2s__link_unquiet(l);
+  return false;
+}
+
+void r2s__link_unquiet(r2s_link_t *l)
+{
+  int was = __atomic_exchange_n(&l->quiet, QUIET_NONE, __ATOMIC_SEQ_CST);
+  if (was == QUIET_NONE) return;
+  if (was == QUIET_ARMED) r2s__link_unarm(l, POLLIN); /* else the arming thread gives it back */
+  __atomic_store_n(&l->quiet_ended_ns, r2s__now_ns(), __ATOMIC_RELAXED);
+  /* Every set looks at all its connections at its next wait, and a wait
+   * asleep in the kernel is woken to (it may never hear of this link
+   * otherwise: its doorbell may be the one just taken). */
+  __atomic_add_fetch(&r2s__link_activations, 1, __ATOMIC_SEQ_CST);
+  r2s__poke_if(1);
+}
+
 /* The peer's sleeping word of a direction is cleared by the last wait
  * armed on it only: another thread's wait may still sleep on it. One that
  * armed between our count reaching 0 and our clearing set the word before

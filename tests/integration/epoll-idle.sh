@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # An epoll server whose carried connections wait idle sleeps until
 # something happens (tests/integration/epoll_idle_peer.py).
-#   usage: epoll-idle.sh idle|talker
+#   usage: epoll-idle.sh idle|talker|burst
 #   idle:   64 connections, each with one request and its response, then
 #           idle for IDLE s, then ROUNDS more requests each. Over the idle
 #           window the server's shim must sleep without a slice: its
 #           waits_slice_expired, read live with r2sock-stat, must not grow
 #           (the library before this sleep woke every 100 ms and looked at
 #           every connection: 14 slices in a window of 1.5 s), and it must
-#           have counted such sleeps (waits_unsliced). Every request after
-#           the window must be answered: a wake-up lost now is a hang,
-#           which the bound of the run turns into a failure.
+#           have counted such sleeps (waits_unsliced). Idle that long, each
+#           connection is left to the kernel (links_quiet: the waits no
+#           longer look at it) until its next request wakes it. Every
+#           request after the window must be answered: a wake-up lost now
+#           is a hang, which the bound of the run turns into a failure.
+#   burst:  128 connections as in idle, then three bursts, each after
+#           1.3 s of quiet and one request with a pause behind it (in
+#           which the server's wait leaves the other 127 to the kernel):
+#           every other connection sends a request at once, and only then
+#           are the responses read. The quiet links wake many at once and
+#           while others are being read: every response must come.
 #   talker: the server's epoll thread reads the first connection's
 #           requests (200, 2 ms apart) while a second thread writes
 #           32 MiB on that connection with blocking sends, which read the
@@ -31,11 +39,12 @@ r2s_python
 PEER=$(dirname "$0")/epoll_idle_peer.py
 STAT=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/r2sock-stat
 IDLE=1.5
-ROUNDS=3 TALK=$((32 << 20)) TALK_ROUNDS=200 # as in epoll_idle_peer.py
+ROUNDS=3 TALK=$((32 << 20)) TALK_ROUNDS=200 BURSTS=3 # as in epoll_idle_peer.py
 mode=${1:?usage: epoll-idle.sh idle|talker}
 case $mode in
   idle) N=64 opts=() ;;
   talker) N=2 opts=(--talker) ;;
+  burst) N=128 opts=(--burst) ;;
   *) fail "unknown mode '$mode'" ;;
 esac
 rings=0
@@ -89,6 +98,8 @@ wait_server client 120
 wait_server server 60
 if [[ $mode == idle ]]; then
   want_req=$((N * (1 + ROUNDS))) bytes=$((N * (1 + ROUNDS) * 32))
+elif [[ $mode == burst ]]; then
+  want_req=$((N * (1 + BURSTS))) bytes=$((N * (1 + BURSTS) * 32))
 else
   want_req=$((N + (N - 1) * ROUNDS + TALK_ROUNDS)) bytes=$((TALK + N * 32 + (N - 1) * ROUNDS * 32 + TALK_ROUNDS * 16))
 fi
@@ -105,6 +116,19 @@ if [[ $mode == idle ]] && ((rings)); then
   unsliced=$(STATS=$TMP/server.stats stats_sum waits_unsliced)
   ((unsliced > 0)) || fail "the server's shim never slept without a slice (waits_unsliced=0)"
   log "server: waits_unsliced=$unsliced"
+fi
+if [[ $mode != talker ]] && ((rings)); then
+  # Idle for longer than a second, connections are left to the kernel
+  # (links_quiet) by a wait that arms. After the window the client pauses
+  # behind its first request: the server's wait then arms and leaves the
+  # other N - 1 to the kernel; each woke for its next request (above).
+  # So does each pause before a burst.
+  quiet=$(STATS=$TMP/server.stats stats_sum links_quiet)
+  want_quiet=$((N - 1))
+  [[ $mode == burst ]] && want_quiet=$((BURSTS * (N - 1)))
+  ((quiet >= want_quiet)) ||
+    fail "the server's epoll set left idle connections to the kernel $quiet times (links_quiet; $want_quiet expected)"
+  log "server: links_quiet=$quiet"
 fi
 if ((rings)); then
   log "server: pokes=$(STATS=$TMP/server.stats stats_sum pokes)"

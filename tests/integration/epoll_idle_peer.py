@@ -16,10 +16,15 @@ epoll-idle.sh):
   client --port P --conns N --ready FILE --go FILE [--talker]
       Opens N connections, each sends a request and checks its response;
       creates FILE (ready) and waits for GO (at most 60 s); then each
-      connection makes ROUNDS more requests and closes. With --talker it
+      connection makes ROUNDS more requests and closes (PAUSE seconds
+      after the first of them). With --talker it
       reads (and checks) the server's TALK bytes and the one response on
       the first connection, in a thread, while it sends TALK_ROUNDS
       requests on it, 2 ms apart; the other connections' requests follow.
+      With --burst, instead: BURSTS times, IDLE_GAP seconds of quiet, a
+      request on the first connection, PAUSE seconds, then every other
+      connection sends a request at once and only then are the responses
+      read (all of them checked).
 
 Each end prints one line:
     epoll_idle_peer server: OK conns=N requests=R talked=T
@@ -40,6 +45,9 @@ RESP = b"pong" * 4
 ROUNDS = 3
 TALK = 32 << 20
 TALK_ROUNDS = 200
+BURSTS = 3
+PAUSE = 0.2
+IDLE_GAP = 1.3   # longer than the second after which a wait leaves an idle link to the kernel
 
 
 def die(who, msg):
@@ -162,10 +170,29 @@ def client(a):
         listener.join(120)
         if listener.is_alive():
             die("client", f"no response after the talk: heard {heard[0]} of {TALK} bytes")
-    for s in socks[1:] if a.talker else socks:
-        for _ in range(ROUNDS):
-            ask(s, who)
-            requests += 1
+    if a.burst:
+        for _ in range(BURSTS):
+            # Idle long enough, and then one request and a pause: the
+            # server's wait after it arms and leaves the others to the
+            # kernel, which the burst then wakes all at once.
+            time.sleep(IDLE_GAP)
+            ask(socks[0], who)
+            time.sleep(PAUSE)
+            for s in socks[1:]:
+                s.sendall(REQ)
+            for s in socks[1:]:
+                expect_same(who, recv_exactly(s, len(RESP), who), RESP)
+            requests += len(socks)
+    else:
+        for i, s in enumerate(socks[1:] if a.talker else socks):
+            for r in range(ROUNDS):
+                ask(s, who)
+                requests += 1
+                if not a.talker and i == r == 0:
+                    # The server's next wait has nothing to do for long:
+                    # past any spin, it arms, and leaves the connections
+                    # idle since before the window to the kernel.
+                    time.sleep(PAUSE)
     for s in socks:
         s.close()
     print(f"epoll_idle_peer client: OK conns={a.conns} requests={requests} heard={heard[0]}", flush=True)
@@ -189,6 +216,7 @@ def main():
     p.add_argument("--ready")
     p.add_argument("--go")
     p.add_argument("--talker", action="store_true")
+    p.add_argument("--burst", action="store_true")
     a = p.parse_args()
     server(a) if a.role == "server" else client(a)
 
