@@ -84,12 +84,25 @@ static bool arm_list_add(arm_list_t *a, const r2s_ep_entry_t *e, short events)
  * carried at all, which pass-through may have ended. */
 #define ACT_LIST_NS 1000000000ll
 
-/* How long an entry that wants only to read stays unreported before a
- * wait that arms leaves its link to the kernel (r2s__link_quiet): a crowd
+/* How long an entry stays unreported before a wait that arms leaves its
+ * link to the kernel (r2s__link_quiet, quiet_fits): a crowd
  * of idle keep-alive connections in their rings then costs a wait nothing
  * per connection either. Each such link that wakes makes every set look
  * at all its connections once; not sooner than this keeps that rare. */
 #define QUIET_NS 1000000000ll
+
+/* Whether entry e, wanting `want`, may leave its link to the kernel while
+ * the link is quiet (link.h), which answers for POLLIN only: it wants to
+ * read, and either not to write, or edge-triggered with the room it was
+ * last told of unchanged since (an edge to come would be lost; a write of
+ * ours ends the quiet, and with it any edge it makes). r->lock held. */
+static bool quiet_fits(const r2s_ep_entry_t *e, r2s_link_t *l, short want)
+{
+  uint64_t gen;
+  if (!(want & EPOLLIN)) return false;
+  if (!(want & EPOLLOUT)) return true;
+  return (e->events & EPOLLET) && (e->et_have & 2) && r2s__link_edge_gen(l, POLLOUT, &gen) && gen == e->et_gen[1];
+}
 
 /* Whether the list of active links (r->act) can stand for the whole set:
  * made since the last link of the process became active, and less than
@@ -161,13 +174,12 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     r->carried = true;
     bool active = r2s__link_active(c->link);
     short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
-    /* A quiet link is the kernel's until it wakes (link.h); one that wants
-     * only to read and was not reported for long becomes quiet, when this
-     * wait would arm it anyway. */
-    if (active && k < max &&
+    /* A quiet link is the kernel's until it wakes (link.h); one not
+     * reported for long becomes quiet, when this wait would arm it anyway
+     * (for an entry whose wants it answers for: quiet_fits). */
+    if (active && k < max && quiet_fits(e, c->link, want) &&
         (r2s__link_is_quiet(c->link) ||
-         (arm && (want & (EPOLLIN | EPOLLOUT)) == EPOLLIN && now - e->busy_ns >= QUIET_NS &&
-          r2s__link_quiet(c->link, e->fd, now - QUIET_NS)))) {
+         (arm && now - e->busy_ns >= QUIET_NS && r2s__link_quiet(c->link, e->fd, now - QUIET_NS)))) {
       if (!all) e->active = false, act_drop(r, --i);
       r2s__conn_put(c);
       continue;

@@ -280,9 +280,9 @@ bool r2s__link_wakes_sure(r2s_link_t *l);
  * with a doorbell the kernel reports on the socket. The arm is given back,
  * and every set made to look at all its connections again
  * (r2s__link_activations), by whatever could change the link's readiness
- * unseen by the kernel: a read of the link or its shutdown, a frame or
- * doorbell taken from its socket (lk_changed), a change of its states, an
- * epoll_ctl on it (r2s__link_unquiet). r2s__link_quiet returns whether the
+ * unseen by the kernel: a read or a write of the link, its shutdown, a
+ * frame or doorbell taken from its socket (lk_changed), a change of its
+ * states, an epoll_ctl on it (r2s__link_unquiet). r2s__link_quiet returns whether the
  * link is quiet now: not if it cannot be (no ring to read, or its
  * wake-ups can be missed: r2s__link_wakes_sure), has bytes to read, or
  * stopped being quiet after idle_since (a link that keeps waking stays
