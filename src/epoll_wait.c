@@ -176,10 +176,11 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
     /* A quiet link is the kernel's until it wakes (link.h); one not
      * reported for long becomes quiet, when this wait would arm it anyway
-     * (for an entry whose wants it answers for: quiet_fits). */
-    if (active && k < max && quiet_fits(e, c->link, want) &&
-        (r2s__link_is_quiet(c->link) ||
-         (arm && now - e->busy_ns >= QUIET_NS && r2s__link_quiet(c->link, e->fd, now - QUIET_NS)))) {
+     * (for an entry whose wants it answers for: quiet_fits, asked last,
+     * as it may look at the ring). */
+    bool quiet = r2s__link_is_quiet(c->link);
+    if (active && k < max && (quiet || (arm && now - e->busy_ns >= QUIET_NS)) && quiet_fits(e, c->link, want) &&
+        (quiet || r2s__link_quiet(c->link, e->fd, now - QUIET_NS))) {
       if (!all) e->active = false, act_drop(r, --i);
       r2s__conn_put(c);
       continue;
