@@ -678,15 +678,10 @@ def recv_untouched(rnd, lst):
         if n == 0 or [bytes(b1), bytes(b2), bytes(b3)] != want:
             raise Mismatch(f"plain TCP writes the {n} bytes a read returns and no other: expected buffers {want!r},"
                            f" seen {[bytes(b1), bytes(b2), bytes(b3)]!r} ({how})")
-        rest = bytearray()
-        while len(rest) < len(MESSAGE) - n:
-            e.step = "reading the rest of the message"
-            d = s.recv(len(MESSAGE))
-            if not d:
-                break
-            rest += d
-        if MESSAGE[:n] + bytes(rest) != MESSAGE:
-            raise Mismatch(f"plain TCP gives the server {MESSAGE!r}; seen {MESSAGE[:n] + bytes(rest)!r} ({how})")
+        e.step = "reading the rest of the message"
+        rest = read_upto(s, len(MESSAGE) - n)
+        if MESSAGE[:n] + rest != MESSAGE:
+            raise Mismatch(f"plain TCP gives the server {MESSAGE!r}; seen {MESSAGE[:n] + rest!r} ({how})")
         big = bytearray(b"=" * 64)
         e.step = "recv_into a buffer at the end of the stream (plain TCP: 0, the buffer as it was)"
         k = s.recv_into(big)
