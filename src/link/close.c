@@ -32,7 +32,7 @@ static void before_flush_locked(r2s_link_t *l, int fd)
 
 int r2s__link_shutdown(r2s_link_t *l, int fd, int how)
 {
-  r2s__link_unquiet(l); /* link.h */
+  lk_unquiet(l);
   if (how == SHUT_RD || how == SHUT_RDWR) {
     r2s__lock(&l->rx_lock);
     __atomic_store_n(&l->rx_shut, true, __ATOMIC_RELEASE);

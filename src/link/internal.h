@@ -208,8 +208,22 @@ static inline int FAILED(const r2s_link_t *l)
   return __atomic_load_n(&l->failed, __ATOMIC_ACQUIRE);
 }
 
-/* The end of the stream from TCP; rx_lock held. Stored atomically for
- * look_ring, which reads it without the lock. */
+/* Every epoll set looks at all its connections at its next wait
+ * (r2s__link_activations, epoll_wait.c), and a wait asleep without a
+ * slice is poked to: it may have armed no link that would poke it. */
+static inline void lk_sets_look_again(void)
+{
+  __atomic_add_fetch(&r2s__link_activations, 1, __ATOMIC_SEQ_CST);
+  r2s__poke_if(1);
+}
+
+/* Ends a quiet link's quiet (link.h), at the cost of a load when there is
+ * none: for the paths every read or write takes. */
+static inline void lk_unquiet(r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->quiet, __ATOMIC_ACQUIRE)) r2s__link_unquiet(l);
+}
+
 /* The link changed, or bytes left its socket, in a way a wait asleep in
  * the kernel on it would not see: such a wait, if one is armed on the
  * link, is woken to look again (poke.h). The wait this thread is arming
@@ -217,7 +231,7 @@ static inline int FAILED(const r2s_link_t *l)
  * looks after arming. */
 static inline void lk_changed(r2s_link_t *l)
 {
-  if (__atomic_load_n(&l->quiet, __ATOMIC_ACQUIRE)) r2s__link_unquiet(l);
+  lk_unquiet(l);
   extern __thread const r2s_link_t *lk_arming;
   extern __thread int lk_arming_n;
   int n = __atomic_load_n(&l->sleepers[0], __ATOMIC_SEQ_CST) + __atomic_load_n(&l->sleepers[1], __ATOMIC_SEQ_CST);
@@ -226,19 +240,17 @@ static inline void lk_changed(r2s_link_t *l)
 
 /* From the first switch of a direction into frames or a ring, or a
  * failure, the link answers for some readiness the kernel cannot see
- * (ready.c), so the waits of epoll sets must look at it and arm it: it
- * is counted among r2s__link_activations, which makes every set look at
- * all its connections again (epoll_wait.c), and a wait sleeping without
- * a slice is poked, since it armed no link that would poke it. Before,
- * the kernel answers for it alone. */
+ * (ready.c), so the waits of epoll sets must look at it and arm it.
+ * Before, the kernel answers for it alone. */
 static inline void lk_activate(r2s_link_t *l)
 {
   if (__atomic_load_n(&l->activated, __ATOMIC_ACQUIRE) || __atomic_exchange_n(&l->activated, 1, __ATOMIC_SEQ_CST))
     return;
-  __atomic_add_fetch(&r2s__link_activations, 1, __ATOMIC_SEQ_CST);
-  r2s__poke_if(1);
+  lk_sets_look_again();
 }
 
+/* The end of the stream from TCP; rx_lock held. Stored atomically for
+ * look_ring, which reads it without the lock. */
 static inline void set_rx_eof(r2s_link_t *l)
 {
   __atomic_store_n(&l->rx_eof, true, __ATOMIC_RELEASE);

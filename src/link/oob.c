@@ -139,7 +139,7 @@ int lk_atmark(r2s_link_t *l, int fd)
 
 ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, int flags, bool nonblock)
 {
-  r2s__link_unquiet(l); /* link.h */
+  lk_unquiet(l);
   r2s__lock(&l->tx_lock);
   int st = l->tx_state;
   greet_before_urgent_locked(l, fd);

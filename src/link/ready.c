@@ -352,11 +352,9 @@ void r2s__link_unquiet(r2s_link_t *l)
   if (was == QUIET_NONE) return;
   if (was == QUIET_ARMED) r2s__link_unarm(l, POLLIN); /* else the arming thread gives it back */
   __atomic_store_n(&l->quiet_ended_ns, r2s__now_ns(), __ATOMIC_RELAXED);
-  /* Every set looks at all its connections at its next wait, and a wait
-   * asleep in the kernel is woken to (it may never hear of this link
-   * otherwise: its doorbell may be the one just taken). */
-  __atomic_add_fetch(&r2s__link_activations, 1, __ATOMIC_SEQ_CST);
-  r2s__poke_if(1);
+  /* A wait asleep may never hear of this link otherwise: its doorbell
+   * may be the one just taken. */
+  lk_sets_look_again();
 }
 
 /* The peer's sleeping word of a direction is cleared by the last wait

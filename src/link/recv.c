@@ -286,7 +286,7 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
    * (rx_eof): an empty read would end the stream for good. */
   size_t want = r2s__iov_total(iov, cnt);
   if (want == 0) return -EINVAL;
-  if (__atomic_load_n(&l->quiet, __ATOMIC_RELAXED)) r2s__link_unquiet(l); /* link.h */
+  lk_unquiet(l);
   r2s__lock(&l->rx_lock);
   ssize_t n = recv_ring_first(l, fd, iov, cnt, want, flags, mv);
   if (n > 0) {

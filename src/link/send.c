@@ -144,7 +144,7 @@ ssize_t r2s__link_send(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
                        r2s_link_moved_t *mv)
 {
   if (mv) *mv = (r2s_link_moved_t){0};
-  if (__atomic_load_n(&l->quiet, __ATOMIC_RELAXED)) r2s__link_unquiet(l); /* link.h */
+  lk_unquiet(l);
   r2s__lock(&l->tx_lock);
   ssize_t n = send_ring_first(l, fd, iov, cnt, mv);
   if (n > 0) {
