@@ -91,17 +91,15 @@ static bool arm_list_add(arm_list_t *a, const r2s_ep_entry_t *e, short events)
  * at all its connections once; not sooner than this keeps that rare. */
 #define QUIET_NS 1000000000ll
 
-/* Whether entry e, wanting `want`, may leave its link to the kernel while
+/* Whether an entry wanting `want` may leave its link to the kernel while
  * the link is quiet (link.h), which answers for POLLIN only: it wants to
- * read, and either not to write, or edge-triggered with the room it was
- * last told of unchanged since (an edge to come would be lost; a write of
- * ours ends the quiet, and with it any edge it makes). r->lock held. */
-static bool quiet_fits(const r2s_ep_entry_t *e, r2s_link_t *l, short want)
+ * read and not to write. (An edge-triggered entry that also wants to
+ * write is not let go: the edge generation of its room cannot tell a ring
+ * with room from one our writes filled since, and a writer waiting for
+ * room on a quiet link would wait for good.) */
+static bool quiet_fits(short want)
 {
-  uint64_t gen;
-  if (!(want & EPOLLIN)) return false;
-  if (!(want & EPOLLOUT)) return true;
-  return (e->events & EPOLLET) && (e->et_have & 2) && r2s__link_edge_gen(l, POLLOUT, &gen) && gen == e->et_gen[1];
+  return (want & (EPOLLIN | EPOLLOUT)) == EPOLLIN;
 }
 
 /* Whether the list of active links (r->act) can stand for the whole set:
@@ -176,10 +174,9 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     short want = (short)(e->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP)), owned;
     /* A quiet link is the kernel's until it wakes (link.h); one not
      * reported for long becomes quiet, when this wait would arm it anyway
-     * (for an entry whose wants it answers for: quiet_fits, asked last,
-     * as it may look at the ring). */
+     * (for an entry whose wants it answers for: quiet_fits). */
     bool quiet = r2s__link_is_quiet(c->link);
-    if (active && k < max && (quiet || (arm && now - e->busy_ns >= QUIET_NS)) && quiet_fits(e, c->link, want) &&
+    if (active && k < max && (quiet || (arm && now - e->busy_ns >= QUIET_NS)) && quiet_fits(want) &&
         (quiet || r2s__link_quiet(c->link, e->fd, now - QUIET_NS))) {
       if (!all) e->active = false, act_drop(r, --i);
       r2s__conn_put(c);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An epoll server whose carried connections wait idle sleeps until
 # something happens (tests/integration/epoll_idle_peer.py).
-#   usage: epoll-idle.sh idle|idle-et|talker|burst
+#   usage: epoll-idle.sh idle|talker|burst
 #   idle:   64 connections, each with one request and its response, then
 #           idle for IDLE s, then ROUNDS more requests each. Over the idle
 #           window the server's shim must sleep without a slice: its
@@ -13,9 +13,6 @@
 #           longer look at it) until its next request wakes it. Every
 #           request after the window must be answered: a wake-up lost now
 #           is a hang, which the bound of the run turns into a failure.
-#   idle-et: as idle, with the server's connections registered as nginx
-#           registers them (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET): the room
-#           to write, reported once, does not keep a link from the kernel.
 #   burst:  128 connections as in idle, then three bursts, each after
 #           1.3 s of quiet and one request with a pause behind it (in
 #           which the server's wait leaves the other 127 to the kernel):
@@ -43,13 +40,11 @@ PEER=$(dirname "$0")/epoll_idle_peer.py
 STAT=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/r2sock-stat
 IDLE=1.5
 ROUNDS=3 TALK=$((32 << 20)) TALK_ROUNDS=200 BURSTS=3 # as in epoll_idle_peer.py
-mode=${1:?usage: epoll-idle.sh idle|idle-et|talker|burst}
-srv_opts=()
+mode=${1:?usage: epoll-idle.sh idle|talker}
 case $mode in
   idle) N=64 opts=() ;;
   talker) N=2 opts=(--talker) ;;
   burst) N=128 opts=(--burst) ;;
-  idle-et) N=64 opts=() srv_opts=(--et) ;;
   *) fail "unknown mode '$mode'" ;;
 esac
 rings=0
@@ -72,8 +67,7 @@ live() {
 }
 
 port=$(free_port)
-start_server_at server "$port" "$TMP/server.stats" "$PY" "$PEER" server --port "$port" --conns "$N" "${opts[@]}" \
-  "${srv_opts[@]}"
+start_server_at server "$port" "$TMP/server.stats" "$PY" "$PEER" server --port "$port" --conns "$N" "${opts[@]}"
 spid=$(child_of "$(server_pid server)")
 shim_at "$TMP/client.stats"
 # The client runs until told to go on: in the background, registered with
@@ -87,7 +81,7 @@ until [[ -e $TMP/ready ]]; do
   ((SECONDS < deadline)) || fail "the client was not ready after 60 s"
   sleep 0.05
 done
-if [[ $mode == idle* ]] && ((rings)); then
+if [[ $mode == idle ]] && ((rings)); then
   # A link that switched less than a second ago may still read its peer's
   # bytes ahead, and a wait over it sleeps in slices meanwhile (wait.h):
   # the window starts after that second.
@@ -102,7 +96,7 @@ fi
 touch "$TMP/go"
 wait_server client 120
 wait_server server 60
-if [[ $mode == idle* ]]; then
+if [[ $mode == idle ]]; then
   want_req=$((N * (1 + ROUNDS))) bytes=$((N * (1 + ROUNDS) * 32))
 elif [[ $mode == burst ]]; then
   want_req=$((N * (1 + BURSTS))) bytes=$((N * (1 + BURSTS) * 32))
@@ -118,7 +112,7 @@ if [[ $mode == talker ]]; then
     fail "the client did not hear the server's $TALK bytes: $(tail -n 3 "$TMP/client.out")"
 fi
 cat "$TMP/server.stats" "$TMP/client.stats" >>"$STATS"
-if [[ $mode == idle* ]] && ((rings)); then
+if [[ $mode == idle ]] && ((rings)); then
   unsliced=$(STATS=$TMP/server.stats stats_sum waits_unsliced)
   ((unsliced > 0)) || fail "the server's shim never slept without a slice (waits_unsliced=0)"
   log "server: waits_unsliced=$unsliced"

@@ -3,7 +3,7 @@
 that a waiting server sleeps until something happens (tests/integration/
 epoll-idle.sh):
 
-  server --port P --conns N [--talker] [--et]
+  server --port P --conns N [--talker]
       One thread, one epoll set: accepts N connections and answers each
       16-byte request on them with a 16-byte response, as many as come;
       exits once all N were accepted and have ended. With --talker, a
@@ -12,9 +12,7 @@ epoll-idle.sh):
       on reading that connection's requests: the talker's blocking sends
       read the connection's frames off the socket (the doorbells the
       sleeping epoll wait asked for among them). Those requests get one
-      response, after the talk, once they all came. With --et, each
-      connection is registered as nginx registers them,
-      EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, and read to EAGAIN.
+      response, after the talk, once they all came.
   client --port P --conns N --ready FILE --go FILE [--talker]
       Opens N connections, each sends a request and checks its response;
       creates FILE (ready) and waits for GO (at most 60 s); then each
@@ -49,8 +47,6 @@ TALK = 32 << 20
 TALK_ROUNDS = 200
 BURSTS = 3
 PAUSE = 0.2
-# --et: what nginx registers a connection for
-CONN_EVENTS_ET = select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET
 IDLE_GAP = 1.3   # longer than the second after which a wait leaves an idle link to the kernel
 
 
@@ -83,25 +79,16 @@ def server(a):
                     s.setblocking(False)
                     conns[s.fileno()] = s
                     pending[s.fileno()] = b""
-                    ep.register(s.fileno(), CONN_EVENTS_ET if a.et else select.EPOLLIN)
+                    ep.register(s.fileno(), select.EPOLLIN)
                     if a.talker and accepted == 0:
                         talker_sock = s
                     accepted += 1
                 continue
             s = conns[fd]
-            if not ev & select.EPOLLIN:
-                continue   # --et: room to write, which it does not wait for
-            data = b""
             try:
-                # --et: everything there, as an edge says so only once
-                while True:
-                    got = s.recv(4096)
-                    data += got
-                    if not got or not a.et:
-                        break
+                data = s.recv(4096)
             except BlockingIOError:
-                if not data:
-                    continue
+                continue
             if not data:
                 ep.unregister(fd)
                 del conns[fd]
@@ -230,7 +217,6 @@ def main():
     p.add_argument("--go")
     p.add_argument("--talker", action="store_true")
     p.add_argument("--burst", action="store_true")
-    p.add_argument("--et", action="store_true")
     a = p.parse_args()
     server(a) if a.role == "server" else client(a)
 
