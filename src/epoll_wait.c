@@ -91,15 +91,13 @@ static bool arm_list_add(arm_list_t *a, const r2s_ep_entry_t *e, short events)
  * at all its connections once; not sooner than this keeps that rare. */
 #define QUIET_NS 1000000000ll
 
-/* Whether an entry wanting `want` may leave its link to the kernel while
- * the link is quiet (link.h), which answers for POLLIN only: it wants to
- * read and not to write. (An edge-triggered entry that also wants to
- * write is not let go: the edge generation of its room cannot tell a ring
- * with room from one our writes filled since, and a writer waiting for
- * room on a quiet link would wait for good.) */
+/* Whether an entry wanting `want` may leave its link to the kernel: it
+ * wants to read (a quiet link is one whose doorbell the kernel reports as
+ * readable); one that also wants to write has its link armed for room too
+ * (r2s__link_quiet). */
 static bool quiet_fits(short want)
 {
-  return (want & (EPOLLIN | EPOLLOUT)) == EPOLLIN;
+  return (want & EPOLLIN) != 0;
 }
 
 /* Whether the list of active links (r->act) can stand for the whole set:
@@ -175,9 +173,10 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     /* A quiet link is the kernel's until it wakes (link.h); one not
      * reported for long becomes quiet, when this wait would arm it anyway
      * (for an entry whose wants it answers for: quiet_fits). */
-    bool quiet = r2s__link_is_quiet(c->link);
+    short quiet_for = r2s__link_quiet_events(c->link);
+    bool quiet = quiet_for && !(want & (EPOLLIN | EPOLLOUT) & ~quiet_for);
     if (active && k < max && (quiet || (arm && now - e->busy_ns >= QUIET_NS)) && quiet_fits(want) &&
-        (quiet || r2s__link_quiet(c->link, e->fd, now - QUIET_NS))) {
+        (quiet || r2s__link_quiet(c->link, e->fd, want, now - QUIET_NS))) {
       if (!all) e->active = false, act_drop(r, --i);
       r2s__conn_put(c);
       continue;

@@ -274,21 +274,25 @@ void r2s__link_unarm(r2s_link_t *l, short events);
  * its slice (wait.h). */
 bool r2s__link_wakes_sure(r2s_link_t *l);
 
-/* A quiet link: one an epoll set found idle for long, armed for POLLIN on
- * its own account (not a wait's) and left to the kernel, so that the
- * set's waits no longer look at it. Armed, any byte of the peer's comes
- * with a doorbell the kernel reports on the socket. The arm is given back,
- * and every set made to look at all its connections again
- * (r2s__link_activations), by whatever could change the link's readiness
- * unseen by the kernel: a read or a write of the link, its shutdown, a
- * frame or doorbell taken from its socket (lk_changed), a change of its
- * states, an epoll_ctl on it (r2s__link_unquiet). r2s__link_quiet returns whether the
- * link is quiet now: not if it cannot be (no ring to read, or its
- * wake-ups can be missed: r2s__link_wakes_sure), has bytes to read, or
- * stopped being quiet after idle_since (a link that keeps waking stays
- * looked at). */
-bool r2s__link_quiet(r2s_link_t *l, int fd, int64_t idle_since);
-bool r2s__link_is_quiet(const r2s_link_t *l);
+/* A quiet link: one an epoll set found idle for long, armed on its own
+ * account (not a wait's) for POLLIN, and for POLLOUT too where the entry
+ * wants to write, and left to the kernel, so that the set's waits no
+ * longer look at it. Armed, any byte of the peer's, and any room it makes
+ * in a ring we filled, comes with a doorbell the kernel reports on the
+ * socket. The arm is given back, and every set made to look at all its
+ * connections again (r2s__link_activations), by whatever could change the
+ * link's readiness unseen by the kernel: a read or a write of the link,
+ * its shutdown, a frame or doorbell taken from its socket (lk_changed), a
+ * change of its states, an epoll_ctl on it (r2s__link_unquiet).
+ * r2s__link_quiet returns whether the link is quiet now for `events`
+ * (POLLIN, and POLLOUT if asked): not if it cannot be (no ring to read,
+ * or its wake-ups can be missed: r2s__link_wakes_sure), has bytes to
+ * read, stopped being quiet after idle_since (a link that keeps waking
+ * stays looked at), or is quiet for less than asked (for another set's
+ * entry). r2s__link_quiet_events says what a quiet link answers for (0:
+ * it is not quiet). */
+bool r2s__link_quiet(r2s_link_t *l, int fd, short events, int64_t idle_since);
+short r2s__link_quiet_events(const r2s_link_t *l);
 void r2s__link_unquiet(r2s_link_t *l);
 
 /* How long a wait for `events` should poll the ring first (spin.h; a wait

@@ -110,7 +110,7 @@ struct r2s_link_s {
    * the socket or changes the link while one is armed may have taken its
    * wake-up, and pokes (lk_changed, poke.h). */
   int sleepers[2];
-  int quiet; /* armed for POLLIN on its own account (r2s__link_quiet; atomic) */
+  int quiet; /* armed on its own account: state and events (r2s__link_quiet; atomic) */
   int64_t quiet_ended_ns; /* when it last stopped being quiet (atomic) */
   bool have_peer_hs;
   r2s_handshake_t peer_hs;

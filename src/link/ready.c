@@ -313,35 +313,42 @@ bool r2s__link_wakes_sure(r2s_link_t *l)
           __atomic_load_n(&l->tx_state, __ATOMIC_ACQUIRE) != R2S_TX_RING);
 }
 
-/* The quiet states (l->quiet): none, being armed, armed. */
-enum { QUIET_NONE, QUIET_ARMING, QUIET_ARMED };
+/* The quiet word (l->quiet): a state (none, being armed, armed) in its
+ * low bits, and above them the events the link was armed for, so that an
+ * entry that wants more than a quiet link answers for keeps looking. */
+enum { QUIET_NONE, QUIET_ARMING, QUIET_ARMED, QUIET_STATE = 3, QUIET_SHIFT = 2 };
 
-bool r2s__link_is_quiet(const r2s_link_t *l)
+short r2s__link_quiet_events(const r2s_link_t *l)
 {
-  return __atomic_load_n(&l->quiet, __ATOMIC_ACQUIRE) != QUIET_NONE;
+  int q = __atomic_load_n(&l->quiet, __ATOMIC_ACQUIRE);
+  return q == QUIET_NONE ? 0 : (short)(q >> QUIET_SHIFT);
 }
 
-bool r2s__link_quiet(r2s_link_t *l, int fd, int64_t idle_since)
+bool r2s__link_quiet(r2s_link_t *l, int fd, short events, int64_t idle_since)
 {
-  if (r2s__link_is_quiet(l)) return true;
+  events = (short)(POLLIN | (events & POLLOUT));
+  short have = r2s__link_quiet_events(l);
+  if (have) return (events & ~have) == 0;
   if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING || !r2s__link_wakes_sure(l) || FAILED(l) ||
       __atomic_load_n(&l->quiet_ended_ns, __ATOMIC_RELAXED) > idle_since)
     return false;
-  int none = QUIET_NONE;
-  if (!__atomic_compare_exchange_n(&l->quiet, &none, QUIET_ARMING, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-    return true;
-  /* Armed as a wait arms, and looked at after the peer can see the word:
-   * bytes published before it saw the word are found here. Whatever ends
-   * the quiet meanwhile (lk_changed: the look itself may take a frame)
-   * leaves the arm to us to give back. */
-  short rev = r2s__link_arm(l, fd, POLLIN);
-  int arming = QUIET_ARMING;
-  if (!(rev & POLLIN) &&
-      __atomic_compare_exchange_n(&l->quiet, &arming, QUIET_ARMED, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  int none = QUIET_NONE, arming = QUIET_ARMING | events << QUIET_SHIFT;
+  if (!__atomic_compare_exchange_n(&l->quiet, &none, arming, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    return (events & ~r2s__link_quiet_events(l)) == 0;
+  /* Armed as a wait arms, and looked at after the peer can see the words:
+   * bytes published, or room made, before it saw them are found here.
+   * Armed for room too where the entry wants to write: a writer that
+   * fills the ring after this look is told of the room by a DOORBELL,
+   * whatever its entry was last told. Whatever ends the quiet meanwhile
+   * (lk_changed: the look itself may take a frame) leaves the arm to us
+   * to give back. */
+  short rev = r2s__link_arm(l, fd, events);
+  if (!(rev & POLLIN) && __atomic_compare_exchange_n(&l->quiet, &arming, QUIET_ARMED | events << QUIET_SHIFT,
+                                                     false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     R2S_STAT_INC(links_quiet);
     return true;
   }
-  r2s__link_unarm(l, POLLIN);
+  r2s__link_unarm(l, events);
   r2s__link_unquiet(l);
   return false;
 }
@@ -350,7 +357,8 @@ void r2s__link_unquiet(r2s_link_t *l)
 {
   int was = __atomic_exchange_n(&l->quiet, QUIET_NONE, __ATOMIC_SEQ_CST);
   if (was == QUIET_NONE) return;
-  if (was == QUIET_ARMED) r2s__link_unarm(l, POLLIN); /* else the arming thread gives it back */
+  /* Being armed: the arming thread gives the arm back. */
+  if ((was & QUIET_STATE) == QUIET_ARMED) r2s__link_unarm(l, (short)(was >> QUIET_SHIFT));
   __atomic_store_n(&l->quiet_ended_ns, r2s__now_ns(), __ATOMIC_RELAXED);
   /* A wait asleep may never hear of this link otherwise: its doorbell
    * may be the one just taken. */

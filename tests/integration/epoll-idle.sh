@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An epoll server whose carried connections wait idle sleeps until
 # something happens (tests/integration/epoll_idle_peer.py).
-#   usage: epoll-idle.sh idle|talker|burst
+#   usage: epoll-idle.sh idle|idle-et|room|talker|burst
 #   idle:   64 connections, each with one request and its response, then
 #           idle for IDLE s, then ROUNDS more requests each. Over the idle
 #           window the server's shim must sleep without a slice: its
@@ -13,6 +13,17 @@
 #           longer look at it) until its next request wakes it. Every
 #           request after the window must be answered: a wake-up lost now
 #           is a hang, which the bound of the run turns into a failure.
+#   idle-et: as idle, with the server's connections registered as nginx
+#           registers them (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET): the room
+#           to write, reported once, does not keep a link from the kernel.
+#   room:   one connection, registered so; after a first request and its
+#           response, the server answers a second request with an
+#           8 MiB reply, filling the connection by nonblocking sends while the client reads
+#           nothing for 2.5 s, and waits for room in epoll waits of
+#           0.1 s: idle past a second, the link is left to the kernel
+#           (links_quiet >= 1) while the server waits to write. The room
+#           the client's reading then makes must wake it, or the server
+#           waits for good; the client checks every byte.
 #   burst:  128 connections as in idle, then three bursts, each after
 #           1.3 s of quiet and one request with a pause behind it (in
 #           which the server's wait leaves the other 127 to the kernel):
@@ -40,11 +51,14 @@ PEER=$(dirname "$0")/epoll_idle_peer.py
 STAT=${R2SOCK_BUILD:-$(dirname "$0")/../../build}/r2sock-stat
 IDLE=1.5
 ROUNDS=3 TALK=$((32 << 20)) TALK_ROUNDS=200 BURSTS=3 # as in epoll_idle_peer.py
-mode=${1:?usage: epoll-idle.sh idle|talker}
+mode=${1:?usage: epoll-idle.sh idle|idle-et|room|talker|burst}
+srv_opts=()
 case $mode in
   idle) N=64 opts=() ;;
   talker) N=2 opts=(--talker) ;;
   burst) N=128 opts=(--burst) ;;
+  idle-et) N=64 opts=() srv_opts=(--et) ;;
+  room) N=1 opts=(--room) REPLY=$((8 << 20)) ;; # as in epoll_idle_peer.py
   *) fail "unknown mode '$mode'" ;;
 esac
 rings=0
@@ -67,7 +81,8 @@ live() {
 }
 
 port=$(free_port)
-start_server_at server "$port" "$TMP/server.stats" "$PY" "$PEER" server --port "$port" --conns "$N" "${opts[@]}"
+start_server_at server "$port" "$TMP/server.stats" "$PY" "$PEER" server --port "$port" --conns "$N" "${opts[@]}" \
+  "${srv_opts[@]}"
 spid=$(child_of "$(server_pid server)")
 shim_at "$TMP/client.stats"
 # The client runs until told to go on: in the background, registered with
@@ -81,7 +96,7 @@ until [[ -e $TMP/ready ]]; do
   ((SECONDS < deadline)) || fail "the client was not ready after 60 s"
   sleep 0.05
 done
-if [[ $mode == idle ]] && ((rings)); then
+if [[ $mode == idle* ]] && ((rings)); then
   # A link that switched less than a second ago may still read its peer's
   # bytes ahead, and a wait over it sleeps in slices meanwhile (wait.h):
   # the window starts after that second.
@@ -96,10 +111,12 @@ fi
 touch "$TMP/go"
 wait_server client 120
 wait_server server 60
-if [[ $mode == idle ]]; then
+if [[ $mode == idle* ]]; then
   want_req=$((N * (1 + ROUNDS))) bytes=$((N * (1 + ROUNDS) * 32))
 elif [[ $mode == burst ]]; then
   want_req=$((N * (1 + BURSTS))) bytes=$((N * (1 + BURSTS) * 32))
+elif [[ $mode == room ]]; then
+  want_req=2 bytes=$((48 + REPLY))
 else
   want_req=$((N + (N - 1) * ROUNDS + TALK_ROUNDS)) bytes=$((TALK + N * 32 + (N - 1) * ROUNDS * 32 + TALK_ROUNDS * 16))
 fi
@@ -110,9 +127,12 @@ grep -q "^epoll_idle_peer server: OK conns=$N requests=$want_req " "$TMP/server.
 if [[ $mode == talker ]]; then
   grep -q "^epoll_idle_peer client: OK .* heard=$TALK\$" "$TMP/client.out" ||
     fail "the client did not hear the server's $TALK bytes: $(tail -n 3 "$TMP/client.out")"
+elif [[ $mode == room ]]; then
+  grep -q "^epoll_idle_peer client: OK .* heard=$REPLY\$" "$TMP/client.out" ||
+    fail "the client did not hear the server's $REPLY bytes: $(tail -n 3 "$TMP/client.out")"
 fi
 cat "$TMP/server.stats" "$TMP/client.stats" >>"$STATS"
-if [[ $mode == idle ]] && ((rings)); then
+if [[ $mode == idle* ]] && ((rings)); then
   unsliced=$(STATS=$TMP/server.stats stats_sum waits_unsliced)
   ((unsliced > 0)) || fail "the server's shim never slept without a slice (waits_unsliced=0)"
   log "server: waits_unsliced=$unsliced"
@@ -126,6 +146,7 @@ if [[ $mode != talker ]] && ((rings)); then
   quiet=$(STATS=$TMP/server.stats stats_sum links_quiet)
   want_quiet=$((N - 1))
   [[ $mode == burst ]] && want_quiet=$((BURSTS * (N - 1)))
+  [[ $mode == room ]] && want_quiet=1
   ((quiet >= want_quiet)) ||
     fail "the server's epoll set left idle connections to the kernel $quiet times (links_quiet; $want_quiet expected)"
   log "server: links_quiet=$quiet"

@@ -3,7 +3,7 @@
 that a waiting server sleeps until something happens (tests/integration/
 epoll-idle.sh):
 
-  server --port P --conns N [--talker]
+  server --port P --conns N [--talker] [--et]
       One thread, one epoll set: accepts N connections and answers each
       16-byte request on them with a 16-byte response, as many as come;
       exits once all N were accepted and have ended. With --talker, a
@@ -12,7 +12,9 @@ epoll-idle.sh):
       on reading that connection's requests: the talker's blocking sends
       read the connection's frames off the socket (the doorbells the
       sleeping epoll wait asked for among them). Those requests get one
-      response, after the talk, once they all came.
+      response, after the talk, once they all came. With --et, each
+      connection is registered as nginx registers them,
+      EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, and read to EAGAIN.
   client --port P --conns N --ready FILE --go FILE [--talker]
       Opens N connections, each sends a request and checks its response;
       creates FILE (ready) and waits for GO (at most 60 s); then each
@@ -25,6 +27,14 @@ epoll-idle.sh):
       request on the first connection, PAUSE seconds, then every other
       connection sends a request at once and only then are the responses
       read (all of them checked).
+  server --port P --room / client --port P --room
+      One connection, registered by the server as nginx registers it.
+      The client makes one request, waits SETTLE seconds, sends a second
+      one, then reads nothing for HOLD seconds. The server answers the
+      first with a response, the second with REPLY bytes (a seeded stream) by nonblocking sends until EAGAIN, then waits for
+      room in epoll waits of POLL_S seconds each, longer idle than the
+      second after which a wait leaves a link to the kernel: the room the
+      client's reading makes must wake it. The client checks every byte.
 
 Each end prints one line:
     epoll_idle_peer server: OK conns=N requests=R talked=T
@@ -47,7 +57,14 @@ TALK = 32 << 20
 TALK_ROUNDS = 200
 BURSTS = 3
 PAUSE = 0.2
+# --et: what nginx registers a connection for
+CONN_EVENTS_ET = select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET
 IDLE_GAP = 1.3   # longer than the second after which a wait leaves an idle link to the kernel
+# --room
+REPLY = 8 << 20
+SETTLE = 1.2     # a link that switched less than a second ago is never left to the kernel
+HOLD = 2.5
+POLL_S = 0.1
 
 
 def die(who, msg):
@@ -79,16 +96,25 @@ def server(a):
                     s.setblocking(False)
                     conns[s.fileno()] = s
                     pending[s.fileno()] = b""
-                    ep.register(s.fileno(), select.EPOLLIN)
+                    ep.register(s.fileno(), CONN_EVENTS_ET if a.et else select.EPOLLIN)
                     if a.talker and accepted == 0:
                         talker_sock = s
                     accepted += 1
                 continue
             s = conns[fd]
+            if not ev & select.EPOLLIN:
+                continue   # --et: room to write, which it does not wait for
+            data = b""
             try:
-                data = s.recv(4096)
+                # --et: everything there, as an edge says so only once
+                while True:
+                    got = s.recv(4096)
+                    data += got
+                    if not got or not a.et:
+                        break
             except BlockingIOError:
-                continue
+                if not data:
+                    continue
             if not data:
                 ep.unregister(fd)
                 del conns[fd]
@@ -121,6 +147,66 @@ def server(a):
                     talker.start()
             pending[fd] = buf
     print(f"epoll_idle_peer server: OK conns={accepted} requests={requests} talked={talked[0]}", flush=True)
+
+
+def server_room(a):
+    ls = socket.create_server(("127.0.0.1", a.port))
+    s, _ = ls.accept()
+    ls.close()
+    s.setblocking(False)
+    ep = select.epoll()
+    ep.register(s.fileno(), CONN_EVENTS_ET)
+    deadline = time.monotonic() + 60
+    req, sent, reply, eof, blocked, answered = b"", 0, stream(9, REPLY), False, False, False
+    while not eof:
+        if time.monotonic() > deadline:
+            die("server", f"timed out with {sent} of {REPLY} bytes sent, request {req!r}")
+        for _, ev in ep.poll(POLL_S):
+            if ev & select.EPOLLOUT:
+                blocked = False
+            if ev & select.EPOLLIN:
+                try:
+                    while True:   # edge-triggered: to EAGAIN
+                        got = s.recv(4096)
+                        if not got:
+                            eof = True
+                            break
+                        req += got
+                except BlockingIOError:
+                    pass
+        if len(req) > 2 * len(REQ) or req != (REQ * 2)[:len(req)]:
+            die("server", f"a request differs: {req!r}")
+        if len(req) >= len(REQ) and not answered:
+            s.setblocking(True)
+            s.sendall(RESP)
+            s.setblocking(False)
+            answered = True
+        if len(req) == 2 * len(REQ) and sent < REPLY and not blocked:
+            # Until EAGAIN; then only an edge of room says to go on.
+            try:
+                while sent < REPLY:
+                    sent += s.send(reply[sent:sent + (1 << 16)])
+            except BlockingIOError:
+                blocked = True
+    if sent < REPLY:
+        die("server", f"the client closed with {sent} of {REPLY} bytes sent")
+    s.close()
+    print(f"epoll_idle_peer server: OK conns=1 requests=2 talked={sent}", flush=True)
+
+
+def client_room(a):
+    who = "epoll_idle_peer client"
+    s = socket.create_connection(("127.0.0.1", a.port))
+    ask(s, who)   # its response brings the server's switch: the next request goes into the ring
+    with open(a.ready, "w"):
+        pass
+    time.sleep(SETTLE)
+    s.sendall(REQ)
+    time.sleep(HOLD)
+    got = recv_exactly(s, REPLY, who)
+    expect_same("the reply", got, stream(9, REPLY))
+    s.close()
+    print(f"epoll_idle_peer client: OK conns=1 requests=2 heard={len(got)}", flush=True)
 
 
 def talk(s, talked):
@@ -217,8 +303,13 @@ def main():
     p.add_argument("--go")
     p.add_argument("--talker", action="store_true")
     p.add_argument("--burst", action="store_true")
+    p.add_argument("--et", action="store_true")
+    p.add_argument("--room", action="store_true")
     a = p.parse_args()
-    server(a) if a.role == "server" else client(a)
+    if a.room:
+        server_room(a) if a.role == "server" else client_room(a)
+    else:
+        server(a) if a.role == "server" else client(a)
 
 
 if __name__ == "__main__":
