@@ -5,7 +5,9 @@
  *  - Every counter is one row of R2S_STATS (name, doc); the struct, the names
  *    and the printer are generated from it, so a counter is added in one place.
  *  - Counters are 64-bit, updated with relaxed atomics: they are statistics,
- *    never used for synchronisation. Hot per-byte counting happens in each
+ *    never used for synchronisation. A name that ends in _now is a gauge,
+ *    not a count: it goes down as well as up (r2s__stat_sub), and readers
+ *    show it as it stands (r2sock-stat exports it as a Prometheus gauge). Hot per-byte counting happens in each
  *    connection and is folded in here when the connection ends (and for live
  *    connections when the process exits), so no cache line is shared by all
  *    threads on the data path.
@@ -48,6 +50,7 @@
   X(failovers, "connections whose ring channel failed under them (RDMA) and that went on over TCP, losing nothing") \
   X(rdma_rings_small, "RDMA rings made smaller than the auto size to fit the process's RDMA memory budget")     \
   X(rdma_no_budget, "RDMA offers not made: the process's RDMA memory budget had no room (the connection stayed on TCP)") \
+  X(rdma_memory_bytes_now, "bytes held for RDMA rings now (a gauge): rings, credit pages and copies of peers' rings, as the RDMA memory budget counts them") \
   X(rdma_drain_failed, "RDMA closes whose last writes went unacknowledged (the peer was gone)")              \
   X(listeners, "TCP sockets that listened")                                                                  \
   X(sockets_adopted, "TCP sockets the shim did not create (inherited) but learned of")                       \
@@ -91,6 +94,13 @@ static inline void r2s__stat_add(r2s_stat_id_t id, uint64_t n)
   __atomic_fetch_add(&__atomic_load_n(&r2s__stats_live, __ATOMIC_RELAXED)->v[id], n, __ATOMIC_RELAXED);
 }
 #define R2S_STAT_INC(name) r2s__stat_add(R2S_STAT_##name, 1)
+
+/* For a gauge (a name ending in _now): unsigned arithmetic, so an add and
+ * a sub of the same n cancel whatever the order. */
+static inline void r2s__stat_sub(r2s_stat_id_t id, uint64_t n)
+{
+  r2s__stat_add(id, (uint64_t)0 - n);
+}
 
 const char *r2s__stat_name(r2s_stat_id_t id);
 

@@ -264,19 +264,40 @@ static const char *const own_families[] = {METRIC_PREFIX "bytes_total", METRIC_P
                                            METRIC_PREFIX "listeners_open", METRIC_PREFIX "fallbacks_total",
                                            METRIC_PREFIX "unlisted_connections_total"};
 
-/* The counters exported one metric each, r2sock_<name>_total: all but the
- * bytes and tcp_* counters, and a name that would be one of the families
- * above; each name once, in the order first seen. Returns how many were put
- * in names[] (room for every counter of every process). */
-static unsigned counter_families(const struct snapshot *s, const char **names)
+/* A gauge of the process, not a counter: its name ends in _now
+ * (src/stats.h), and it is exported as r2sock_<name without _now>. */
+static bool is_gauge(const char *name)
+{
+  size_t n = strlen(name);
+  return n > 4 && strcmp(name + n - 4, "_now") == 0;
+}
+
+/* The metric of process counter `name`: r2sock_<name>_total, or for a
+ * gauge r2sock_<name without _now>. */
+static void metric_name(char *out, size_t len, const char *name)
+{
+  if (is_gauge(name))
+    snprintf(out, len, METRIC_PREFIX "%.*s", (int)(strlen(name) - 4), name);
+  else
+    snprintf(out, len, METRIC_PREFIX "%s_total", name);
+}
+
+/* The process counters exported one metric each: the counters as
+ * r2sock_<name>_total (all but the bytes and tcp_* counters, and a name
+ * that would be one of the families above), or with gauges set the
+ * gauges. Each name once, in the order first seen. Returns how many were
+ * put in names[] (room for every counter of every process). */
+static unsigned counter_families(const struct snapshot *s, const char **names, bool gauges)
 {
   unsigned n = 0;
   char buf[64], metric[96];
   for (unsigned i = 0; i < s->np; i++)
     for (unsigned k = 0; k < s->p[i].nstats; k++) {
       const char *name = proc_stat_name(&s->p[i], k);
-      if (!name_ok(name) || is_bytes_counter(name) || fallback_reason(name, buf, sizeof buf)) continue;
-      snprintf(metric, sizeof metric, METRIC_PREFIX "%s_total", name);
+      if (!name_ok(name) || is_gauge(name) != gauges || is_bytes_counter(name) ||
+          fallback_reason(name, buf, sizeof buf))
+        continue;
+      metric_name(metric, sizeof metric, name);
       bool skip = false;
       for (unsigned f = 0; f < sizeof own_families / sizeof own_families[0]; f++)
         skip |= !strcmp(metric, own_families[f]);
@@ -346,23 +367,26 @@ void print_prometheus(const struct snapshot *s)
     fprintf(stderr, "r2sock-stat: out of memory: the other process counters are left out\n");
     return;
   }
-  unsigned n = counter_families(s, names);
-  for (unsigned f = 0; f < n; f++) {
-    const char *doc = stat_doc(names[f]);
-    char help[128];
-    if (!doc) {
-      snprintf(help, sizeof help, "The process counter %s (not known to this r2sock-stat)", names[f]);
-      doc = help;
+  for (int gauges = 0; gauges < 2; gauges++) {
+    unsigned n = counter_families(s, names, gauges);
+    for (unsigned f = 0; f < n; f++) {
+      const char *doc = stat_doc(names[f]);
+      char help[128];
+      if (!doc) {
+        snprintf(help, sizeof help, "The process %s %s (not known to this r2sock-stat)",
+                 gauges ? "gauge" : "counter", names[f]);
+        doc = help;
+      }
+      metric_name(metric, sizeof metric, names[f]);
+      prom_family(metric, gauges ? "gauge" : "counter", doc);
+      for (unsigned i = 0; i < s->np; i++)
+        for (unsigned k = 0; k < s->p[i].nstats; k++)
+          if (strcmp(proc_stat_name(&s->p[i], k), names[f]) == 0) {
+            prom_sample(metric, &s->p[i]);
+            prom_value(s->p[i].stats[k]);
+            break;
+          }
     }
-    snprintf(metric, sizeof metric, METRIC_PREFIX "%s_total", names[f]);
-    prom_family(metric, "counter", doc);
-    for (unsigned i = 0; i < s->np; i++)
-      for (unsigned k = 0; k < s->p[i].nstats; k++)
-        if (strcmp(proc_stat_name(&s->p[i], k), names[f]) == 0) {
-          prom_sample(metric, &s->p[i]);
-          prom_value(s->p[i].stats[k]);
-          break;
-        }
   }
   free(names);
 }

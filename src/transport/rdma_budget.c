@@ -1,6 +1,7 @@
 /* The process's budget of registered memory for RDMA (rdma_budget.h): one
  * atomic count of the bytes reserved, against a budget worked out once
- * from R2SOCK_RDMA_MEMORY and the memlock limit. */
+ * from R2SOCK_RDMA_MEMORY and the memlock limit, shown as the gauge
+ * rdma_memory_bytes_now (stats.h). */
 #include "rdma_budget.h"
 
 #include <pthread.h>
@@ -11,6 +12,7 @@
 
 #include "../log.h"
 #include "../options.h"
+#include "../stats.h"
 
 static uint64_t reserved; /* atomic */
 static uint64_t budget;   /* set once (budget_once) */
@@ -27,7 +29,7 @@ bool r2s__rdma_pin_unlimited(void)
 }
 
 /* A fork child has registered nothing: the parent's regions stay the
- * parent's. */
+ * parent's (its counters, the gauge among them, start from 0 too). */
 static void fork_child(void)
 {
   __atomic_store_n(&reserved, 0, __ATOMIC_RELAXED);
@@ -66,10 +68,12 @@ bool r2s__rdma_budget_take(uint64_t n)
   do {
     if (n > b || r > b - n) return false;
   } while (!__atomic_compare_exchange_n(&reserved, &r, r + n, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  r2s__stat_add(R2S_STAT_rdma_memory_bytes_now, n);
   return true;
 }
 
 void r2s__rdma_budget_give(uint64_t n)
 {
   __atomic_sub_fetch(&reserved, n, __ATOMIC_RELAXED);
+  r2s__stat_sub(R2S_STAT_rdma_memory_bytes_now, n);
 }

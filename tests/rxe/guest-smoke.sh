@@ -28,7 +28,8 @@
 #      CAP_IPC_LOCK), both ends stay on TCP, bytes verified, and the stats
 #      count tcp_no_resources; under a small R2SOCK_RDMA_MEMORY, 12
 #      connections at once get smaller rings, the rest stay on TCP, and no
-#      process registers more than the budget (rdma res show mr); an end that may pin without bound (wide
+#      process registers more than the budget (rdma res show mr, and its
+#      own gauge, rdma_memory_bytes_now); an end that may pin without bound (wide
 #      rings) and one with a limit agree on rings the limited one can pin;
 #      an end without a device has its peer send over plain TCP too
 #   7. what plain TCP does at a close and in epoll, over RDMA
@@ -259,14 +260,19 @@ step "memlock: warned, naming the limit" grep -q 'memory budget (49152 bytes: .*
 # is already smaller than the auto 2 MiB; every connection has an offer
 # from at least one end, and the two budgets hold 10 at most, so the pair
 # refused at least 2. rdma res show mr, sampled while the streams run,
-# never shows a process of the pair holding more than the budget.
-rm -f /xfer/stats.budget "$LOGDIR/budget.mr"
+# never shows a process of the pair holding more than the budget; nor
+# does the shim's own gauge of it (rdma_memory_bytes_now, read live with
+# r2sock-stat), which must have shown some.
+STAT=${R2SOCK_BUILD:-}/r2sock-stat
+rm -f /xfer/stats.budget "$LOGDIR/budget.mr" "$LOGDIR/budget.gauge"
 budget_mr_sampler() {
   while [ -e "$LOGDIR/budget.sampling" ]; do
     rdma res show mr 2>/dev/null | awk '/ comm stream_check/ {
         for (i = 1; i < NF; i++) { if ($i == "mrlen") len = $(i + 1); if ($i == "pid") pid = $(i + 1) }
         sum[pid] += len }
       END { for (p in sum) print p, sum[p] }' >> "$LOGDIR/budget.mr"
+    "$STAT" --prometheus 2>/dev/null | awk '/^r2sock_rdma_memory_bytes\{.*program="stream_check"/ {
+        print $NF }' >> "$LOGDIR/budget.gauge"
     sleep 0.2
   done
 }
@@ -284,6 +290,12 @@ budget_mr_ok() {
       printf "    the most one process held registered: %d bytes (budget %d)\n", max, cap
       exit !(max > 0 && max <= cap) }' "$LOGDIR/budget.mr"
 }
+budget_gauge_ok() {
+  [ -x "$STAT" ] || { say "r2sock-stat not built in R2SOCK_BUILD"; return 1; }
+  awk -v cap=$((4 << 20)) '{ if ($1 > max) max = $1 } END {
+      printf "    the most one process held by its own gauge: %d bytes (budget %d)\n", max, cap
+      exit !(max > 0 && max <= cap) }' "$LOGDIR/budget.gauge"
+}
 budget_refused_ok() {
   awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^rdma_no_budget=/) { split($i, p, "="); n += p[2] } }
     END { printf "    rdma_no_budget over the pair: %d\n", n; exit !(n >= 2) }' /xfer/stats.budget
@@ -292,6 +304,7 @@ step "budget: some connections on RDMA in both processes" r2s_stats_check /xfer/
 step "budget: each process made its rings smaller to fit" r2s_stats_check /xfer/stats.budget 2 rdma_rings_small 1
 step "budget: the pair refused offers for want of room" budget_refused_ok
 step "budget: no process registered more than its budget" budget_mr_ok
+step "budget: the gauge of what each process holds stayed within its budget" budget_gauge_ok
 
 # An end that may use only RDMA, on a device that does not exist, has no
 # ring to offer: it tells its peer (the urgent-data interlude, a HANDSHAKE

@@ -15,10 +15,11 @@
     every value parses as a number; no series (name and label set) repeats;
   - the text is UTF-8 and ends with a newline (or is empty).
 
-    prom_check.py FILE [--has 'NAME{L="V",...} VALUE']...
+    prom_check.py FILE [--has 'NAME{L="V",...} VALUE']... [--type NAME=KIND]...
 
 Each --has names a series that must be present with exactly that label set
-(in any order) and value; VALUE may be written >=N. Prints
+(in any order) and value; VALUE may be written >=N. Each --type names a
+family that must be present with that TYPE (counter or gauge). Prints
 "prom_check: N families, M samples" and exits 0, or says what is wrong,
 with the line number, and exits 1. Importable: parse(text) returns
 {(name, frozenset(labels.items())): value_text}.
@@ -104,7 +105,7 @@ def parse_sample(line):
     return name, labels, fields[0]
 
 
-def parse(text):
+def parse(text, types_out=None):
     if text and not text.endswith("\n"):
         raise FormatError("line %d: the text does not end with a newline" % (text.count("\n") + 1))
     helps, types, series = {}, {}, {}
@@ -158,6 +159,8 @@ def parse(text):
             series[key] = value
         except FormatError as e:
             raise FormatError(f"line {n}: {e}") from None
+    if types_out is not None:
+        types_out.update(types)
     return series
 
 
@@ -177,6 +180,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
     ap.add_argument("--has", action="append", default=[])
+    ap.add_argument("--type", action="append", default=[])
     a = ap.parse_args()
     try:
         with open(a.file, "rb") as f:
@@ -185,9 +189,14 @@ def main():
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise FormatError(f"not UTF-8: {e}") from None
-        series = parse(text)
+        types = {}
+        series = parse(text, types)
         for spec in a.has:
             check_has(series, spec)
+        for spec in a.type:
+            name, _, kind = spec.partition("=")
+            if types.get(name) != kind:
+                raise FormatError(f"family {name} is of TYPE {types.get(name)}, expected {kind}")
     except FormatError as e:
         print(f"prom_check: {a.file}: {e}", file=sys.stderr)
         return 1

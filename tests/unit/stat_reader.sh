@@ -7,7 +7,8 @@
 #           made is skipped quietly; a dead pid's and a recycled pid's (start
 #           time differs) are removed.
 #   export: --json and --prometheus give the segment's exact counters (one
-#           beyond 2^53) and its connection, and escape a program name with a
+#           beyond 2^53; a gauge, _now, exported as a Prometheus gauge) and
+#           its connection, and escape a program name with a
 #           double quote, a backslash, a newline and a byte that is not UTF-8
 #           (the JSON parses; the Prometheus text passes prom_check.py).
 #   empty:  with no segment at all (a private, empty /dev/shm: needs root for
@@ -32,9 +33,9 @@ write_seg() {
 import os, struct, sys
 path, pid, layout, magic, ticks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4], 0), int(sys.argv[5])
 program = os.fsencode(sys.argv[6]) if len(sys.argv) > 6 else b"fakeprog"
-names = b"conn_seen bytes_tcp_tx bytes_shm_tx waits_sleep tcp_peer_plain doorbells"
-stats = [1, 0, 500, 42, 3, 2**63 + 5] + [0] * 58
-hdr = struct.pack("<QIIIIiIQq32sII1024s64Q", 0, layout, 2048, 192, 16, pid, 6, ticks, 0,
+names = b"conn_seen bytes_tcp_tx bytes_shm_tx waits_sleep tcp_peer_plain doorbells rdma_memory_bytes_now"
+stats = [1, 0, 500, 42, 3, 2**63 + 5, 139264] + [0] * 57
+hdr = struct.pack("<QIIIIiIQq32sII1024s64Q", 0, layout, 2048, 192, 16, pid, 7, ticks, 0,
                   program[:31], 1, 0, names, *stats)
 hdr += b"\0" * (2048 - len(hdr))
 def addr(port):
@@ -70,7 +71,7 @@ want("pid", p["pid"], pid)
 want("program", p["program"], 'q"uo\\te\nnl\ufffd')
 want("start_ticks", p["start_ticks"], ticks)
 want("counters", p["counters"], {"conn_seen": 1, "bytes_tcp_tx": 0, "bytes_shm_tx": 500, "waits_sleep": 42,
-                                 "tcp_peer_plain": 3, "doorbells": 2**63 + 5})
+                                 "tcp_peer_plain": 3, "doorbells": 2**63 + 5, "rdma_memory_bytes_now": 139264})
 want("bytes (500 of ended connections, 1000 of the live one)", p["bytes"],
      {"tx": {"tcp": 0, "shm": 1500, "rdma": 0}, "rx": {"tcp": 0, "shm": 2000, "rdma": 0}})
 want("connections_open", p["connections_open"], {"tcp": 0, "shm": 1, "rdma": 0})
@@ -97,7 +98,10 @@ EOF
     --has "r2sock_listeners_open{$l} 0" \
     --has "r2sock_fallbacks_total{$l,reason=\"peer-plain\"} 3" \
     --has "r2sock_doorbells_total{$l} 9223372036854775813" \
-    --has "r2sock_waits_sleep_total{$l} 42" || fail "--prometheus: $(cat "$work/out.prom")"
+    --has "r2sock_waits_sleep_total{$l} 42" \
+    --has "r2sock_rdma_memory_bytes{$l} 139264" --type r2sock_rdma_memory_bytes=gauge \
+    --type r2sock_waits_sleep_total=counter || fail "--prometheus: $(cat "$work/out.prom")"
+  ! grep -q rdma_memory_bytes_now "$work/out.prom" || fail "--prometheus exported the gauge by its counter name"
   "$stat" --json --prometheus >/dev/null 2>&1 && fail "--json with --prometheus was accepted"
   # A pid with no segment: the empty report still parses, and the status says so.
   sleep 0 &

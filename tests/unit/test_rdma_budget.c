@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "options.h"
+#include "stats.h"
 #include "transport/rdma_budget.h"
 
 #define KiB (1ull << 10)
@@ -91,6 +92,14 @@ static void *taker(void *arg)
   return NULL;
 }
 
+/* The gauge of what is held (rdma_memory_bytes_now). */
+static uint64_t gauge(void)
+{
+  r2s_stats_t s;
+  r2s__stats_snapshot(&s);
+  return s.v[R2S_STAT_rdma_memory_bytes_now];
+}
+
 static void test_take_give(void **state)
 {
   (void)state;
@@ -98,16 +107,23 @@ static void test_take_give(void **state)
   uint64_t b = r2s__rdma_budget();
   assert_true(b > 0 && b <= 64 * KiB);
   assert_int_equal(r2s__rdma_budget_room(), b);
+  assert_int_equal(gauge(), 0);
   assert_true(r2s__rdma_budget_take(b - 4096));
   assert_int_equal(r2s__rdma_budget_room(), 4096);
+  assert_int_equal(gauge(), b - 4096);
   assert_false(r2s__rdma_budget_take(8192)); /* refused, and nothing taken */
   assert_int_equal(r2s__rdma_budget_room(), 4096);
+  assert_int_equal(gauge(), b - 4096);
   assert_true(r2s__rdma_budget_take(4096));
   assert_int_equal(r2s__rdma_budget_room(), 0);
+  assert_int_equal(gauge(), b);
   assert_false(r2s__rdma_budget_take(1));
   assert_false(r2s__rdma_budget_take(UINT64_MAX)); /* no wrap past the budget */
-  r2s__rdma_budget_give(b);
+  r2s__rdma_budget_give(b - 4096);
+  assert_int_equal(gauge(), 4096);
+  r2s__rdma_budget_give(4096);
   assert_int_equal(r2s__rdma_budget_room(), b);
+  assert_int_equal(gauge(), 0);
 
   /* Threads taking and giving at once never hold more than the budget
    * together, and all of it comes back. */
@@ -117,6 +133,7 @@ static void test_take_give(void **state)
   assert_true(high_water > 0);
   assert_true(high_water <= b);
   assert_int_equal(r2s__rdma_budget_room(), b);
+  assert_int_equal(gauge(), 0);
 }
 
 int main(void)
