@@ -80,8 +80,12 @@ typedef struct r2s_opt_programs_s {
  * files reads it in one and writes it in another) on any port, which the
  * protocol cannot follow (README, "fork"): with the daemon on another port
  * than 873 both transfers stopped (a reset, or a hang to the end of the
- * client's timeout). One end that sends no hello keeps both on TCP. */
-#define R2S_SKIP_PROGRAMS_DEFAULT ((r2s_opt_programs_t){1, {"rsync"}})
+ * client's timeout). git push over git:// does the same: git reads the
+ * connection while the pack-objects it runs writes it; once git had
+ * switched (R2SOCK_UPGRADE=now, or a ref advertisement past the auto
+ * size) the push ended in a reset. One end that sends no hello keeps both
+ * on TCP. */
+#define R2S_SKIP_PROGRAMS_DEFAULT ((r2s_opt_programs_t){2, {"rsync", "git"}})
 
 /* What a rule of the rules file may choose for one connection (rules.h);
  * a connection no rule matches gets the options' values. */

@@ -68,10 +68,14 @@ ssize_t lk_rx_premark(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, i
       set_rx(l, R2S_RX_PREMARK);
       /* A receiver need not wait for its next write to offer its ring: the
        * peer may be about to send it a large response (rx_lock held, tx_lock
-       * in lock order). */
+       * in lock order). Not one that came through exec: the program that
+       * reads a request there and execs its worker (git daemon's --serve
+       * image, an inetd-style dispatcher) would leave the worker a send
+       * direction it cannot continue (README, Limitations); it switches at
+       * its first write, or to answer the peer's HANDSHAKE. */
       r2s__lock(&l->tx_lock);
       (void)lk_greet_locked(l, fd);
-      if (l->tx_state == R2S_TX_PROBE && lk_policy_allows_switch(l) && !l->closing &&
+      if (l->tx_state == R2S_TX_PROBE && !l->inherited && lk_policy_allows_switch(l) && !l->closing &&
           lk_switch_from_rx_locked(l, fd) == 0)
         l->tx_writes = 0, l->tx_probe_at = 1;
       lk_tx_unlock(l, fd);

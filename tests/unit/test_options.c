@@ -123,8 +123,10 @@ static void test_programs(void **state)
   (void)state;
   r2s_opt_programs_t p = R2S_SKIP_PROGRAMS_DEFAULT;
   char buf[512];
-  assert_string_equal(r2s__format_programs(&p, buf, sizeof buf), "rsync");
+  assert_string_equal(r2s__format_programs(&p, buf, sizeof buf), "rsync,git");
   assert_true(r2s__programs_has(&p, "rsync"));
+  assert_true(r2s__programs_has(&p, "git"));
+  assert_false(r2s__programs_has(&p, "git-daemon"));
   /* Whole names only: not a prefix, not a path, not another case. */
   assert_false(r2s__programs_has(&p, "rsyn") || r2s__programs_has(&p, "rsync2") ||
                r2s__programs_has(&p, "/usr/bin/rsync") || r2s__programs_has(&p, "RSYNC"));
