@@ -11,6 +11,7 @@
 
 #include "iovec.h"
 #include "sendfile.h"
+#include "splice.h"
 #include "stream.h"
 #include "wrap.h"
 
@@ -240,6 +241,25 @@ R2S_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 R2S_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off_t *offset, size_t count)
 {
   return sendfile(out_fd, in_fd, offset, count);
+}
+
+/* splice between a pipe and a connection the shim carries moves the
+ * connection's bytes, not the kernel's (splice.h); one whose link is
+ * pass-through is the kernel's to splice, and counted. */
+R2S_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len, unsigned int flags)
+{
+  r2s_conn_t *c = wrap_io_lookup(fd_in, 0);
+  if (c && !r2s__conn_passthrough(c))
+    return engine_ret(c, r2s__splice_from_conn(c, fd_in, off_in, fd_out, off_out, len, flags));
+  r2s_conn_t *d = wrap_io_lookup(fd_out, 0);
+  if (d && !r2s__conn_passthrough(d)) {
+    if (c) wrap_put(c);
+    return engine_ret(d, r2s__splice_into_conn(d, fd_in, off_in, fd_out, off_out, len, flags));
+  }
+  ssize_t r = r2s__libc.splice(fd_in, off_in, fd_out, off_out, len, flags);
+  if (c) wrap_done_rx(c, fd_in, r);
+  if (d) wrap_done_tx(d, fd_out, r);
+  return r;
 }
 
 /* The _FORTIFY_SOURCE entry points: the same check glibc makes, then the

@@ -21,6 +21,7 @@
 #ifndef R2S_LIBC_H
 #define R2S_LIBC_H
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -67,6 +68,7 @@
   X(recvmmsg, int, (int, struct mmsghdr *, unsigned int, int, struct timespec *), 1)                         \
   X(sendfile, ssize_t, (int, int, off_t *, size_t), 1)                                                       \
   X(sendfile64, ssize_t, (int, int, off_t *, size_t), 0)                                                     \
+  X(splice, ssize_t, (int, loff_t *, int, loff_t *, size_t, unsigned int), 1)                               \
   X(poll, int, (struct pollfd *, nfds_t, int), 1)                                                            \
   X(ppoll, int, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *), 1)                     \
   X(select, int, (int, fd_set *, fd_set *, fd_set *, struct timeval *), 1)                                   \
