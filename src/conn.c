@@ -34,12 +34,14 @@ static uint32_t next_id;
 static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
 static const char *const reason_names[R2S_REASON_COUNT] = {
     "",       "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable", "app-oob",
-    "failed", "no-hello", "inherited",  "other-user",  "no-device",  "short",        "sandboxed",   "rule"};
+    "failed", "no-hello", "inherited",  "other-user",  "no-device",  "short",        "sandboxed",   "rule",
+    "fastopen"};
 static const r2s_stat_id_t reason_stats[R2S_REASON_COUNT] = {
     R2S_STAT_COUNT,          R2S_STAT_tcp_disabled,     R2S_STAT_tcp_peer_plain,  R2S_STAT_tcp_no_peer_yet,
     R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources, R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,
     R2S_STAT_tcp_failed,     R2S_STAT_tcp_no_hello,     R2S_STAT_COUNT,           R2S_STAT_tcp_other_user,
-    R2S_STAT_tcp_no_device,  R2S_STAT_tcp_short,        R2S_STAT_COUNT,           R2S_STAT_tcp_rule};
+    R2S_STAT_tcp_no_device,  R2S_STAT_tcp_short,        R2S_STAT_COUNT,           R2S_STAT_tcp_rule,
+    R2S_STAT_tcp_fastopen};
 
 const char *r2s__path_name(r2s_path_t p)
 {
@@ -467,6 +469,14 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known, bool inh
   }
   if (r2s__sandboxed()) {
     c->reason = R2S_REASON_SANDBOXED; /* the protocol needs calls of ours (sandbox.h) */
+    return;
+  }
+  /* With TCP_FASTOPEN_CONNECT, connect() sends nothing: the application's
+   * first write goes out in the SYN, and a hello sent before it would ride
+   * there too, where the kernel keeps no urgent pointer: the peer would
+   * read our byte as the application's. */
+  if (old & R2S_CONN_FASTOPEN) {
+    c->reason = R2S_REASON_FASTOPEN;
     return;
   }
   r2s_policy_t policy = r2s__policy_default();

@@ -48,6 +48,7 @@ typedef enum {
 #define R2S_CONN_UNSEEN      0x80u /* inherited (fork child, exec): not in this account until it moves bytes */
 #define R2S_CONN_SNDBUF      0x100u /* the application set SO_SNDBUF (link.h, r2s__link_sized_buffers) */
 #define R2S_CONN_EPOLLED     0x200u /* added to an epoll set once (readiness.h, r2s__epoll_forget) */
+#define R2S_CONN_FASTOPEN    0x400u /* TCP_FASTOPEN_CONNECT set before connect: never upgrade (conn.c) */
 
 /* addrs_known */
 #define R2S_ADDR_LOCAL 0x1u

@@ -29,6 +29,7 @@ typedef enum {
   R2S_REASON_SHORT,        /* both shims, ended before moving R2SOCK_UPGRADE's bytes */
   R2S_REASON_SANDBOXED,    /* the process confined its system calls (sandbox.h) */
   R2S_REASON_RULE,         /* a rule of the rules file says upgrade=never (rules.h) */
+  R2S_REASON_FASTOPEN,     /* TCP_FASTOPEN_CONNECT: its first bytes may leave before a hello could */
   R2S_REASON_COUNT
 } r2s_reason_t;
 

@@ -42,6 +42,8 @@ int r2s__sockopt_set(r2s_conn_t *c, int fd, int level, int name, const void *val
     return rc < 0 ? -1 : 0;
   }
   int rc = r2s__libc.setsockopt(fd, level, name, val, len);
+  if (rc == 0 && level == IPPROTO_TCP && name == TCP_FASTOPEN_CONNECT && one_int)
+    r2s__conn_set_flag(c, R2S_CONN_FASTOPEN, *(const int *)val != 0);
   if (rc != 0 || level != SOL_SOCKET) return rc;
   int saved = errno;
   /* What the shim must honour itself once it carries the bytes. */
