@@ -154,9 +154,17 @@ R2S_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
   return r;
 }
 
+/* In the receive calls: a read of the socket's error queue (MSG_ERRQUEUE,
+ * the kernel's acknowledgements of MSG_ZEROCOPY sends, timestamps) is the
+ * kernel's whatever carries the stream, and moves no stream byte. */
 R2S_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && (flags & MSG_ERRQUEUE)) {
+    ssize_t r = r2s__libc.recv(fd, buf, n, flags);
+    wrap_put(c);
+    return r;
+  }
   if (c && !r2s__conn_passthrough(c)) return engine_recv(c, fd, &(struct iovec){buf, n}, 1, flags);
   ssize_t r = r2s__libc.recv(fd, buf, n, flags);
   /* A peek leaves the bytes in the socket; they are counted when read. */
@@ -167,6 +175,11 @@ R2S_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 R2S_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_ARG from, socklen_t *fromlen)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && (flags & MSG_ERRQUEUE)) {
+    ssize_t r = r2s__libc.recvfrom(fd, buf, n, flags, from.__sockaddr__, fromlen);
+    wrap_put(c);
+    return r;
+  }
   if (c && !r2s__conn_passthrough(c)) {
     if (fromlen) *fromlen = 0; /* what TCP reports: no source address */
     return engine_recv(c, fd, &(struct iovec){buf, n}, 1, flags);
@@ -179,6 +192,11 @@ R2S_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, __SOCKADDR_A
 R2S_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && (flags & MSG_ERRQUEUE)) {
+    ssize_t r = r2s__libc.recvmsg(fd, msg, flags);
+    wrap_put(c);
+    return r;
+  }
   if (c && !r2s__conn_passthrough(c)) {
     /* A buffer for ancillary data changes nothing: the stream's bytes
      * come through the link like any read's (straight from the kernel
@@ -198,6 +216,11 @@ R2S_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags, struct timespec *timeout)
 {
   r2s_conn_t *c = wrap_io_lookup(fd, flags);
+  if (c && (flags & MSG_ERRQUEUE)) {
+    int r = r2s__libc.recvmmsg(fd, vec, vlen, flags, timeout);
+    wrap_put(c);
+    return r;
+  }
   if (c && !r2s__conn_passthrough(c)) {
     /* The first message waits as the socket says; the rest take what is
      * there (MSG_WAITFORONE is the only behaviour a stream can give). A

@@ -35,13 +35,13 @@ static const char *const path_names[R2S_PATH_COUNT] = {"tcp", "shm", "rdma"};
 static const char *const reason_names[R2S_REASON_COUNT] = {
     "",       "disabled", "peer-plain", "no-peer-yet", "unfinished", "no-resources", "unreachable", "app-oob",
     "failed", "no-hello", "inherited",  "other-user",  "no-device",  "short",        "sandboxed",   "rule",
-    "fastopen"};
+    "fastopen", "zerocopy"};
 static const r2s_stat_id_t reason_stats[R2S_REASON_COUNT] = {
     R2S_STAT_COUNT,          R2S_STAT_tcp_disabled,     R2S_STAT_tcp_peer_plain,  R2S_STAT_tcp_no_peer_yet,
     R2S_STAT_tcp_unfinished, R2S_STAT_tcp_no_resources, R2S_STAT_tcp_unreachable, R2S_STAT_tcp_app_oob,
     R2S_STAT_tcp_failed,     R2S_STAT_tcp_no_hello,     R2S_STAT_COUNT,           R2S_STAT_tcp_other_user,
     R2S_STAT_tcp_no_device,  R2S_STAT_tcp_short,        R2S_STAT_COUNT,           R2S_STAT_tcp_rule,
-    R2S_STAT_tcp_fastopen};
+    R2S_STAT_tcp_fastopen,   R2S_STAT_tcp_zerocopy};
 
 const char *r2s__path_name(r2s_path_t p)
 {
@@ -477,6 +477,12 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known, bool inh
    * read our byte as the application's. */
   if (old & R2S_CONN_FASTOPEN) {
     c->reason = R2S_REASON_FASTOPEN;
+    return;
+  }
+  /* SO_ZEROCOPY: MSG_ZEROCOPY sends are acknowledged on the socket's error
+   * queue, which only the kernel's TCP fills. */
+  if (old & R2S_CONN_ZEROCOPY) {
+    c->reason = R2S_REASON_ZEROCOPY;
     return;
   }
   r2s_policy_t policy = r2s__policy_default();

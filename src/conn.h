@@ -49,6 +49,7 @@ typedef enum {
 #define R2S_CONN_SNDBUF      0x100u /* the application set SO_SNDBUF (link.h, r2s__link_sized_buffers) */
 #define R2S_CONN_EPOLLED     0x200u /* added to an epoll set once (readiness.h, r2s__epoll_forget) */
 #define R2S_CONN_FASTOPEN    0x400u /* TCP_FASTOPEN_CONNECT set before connect: never upgrade (conn.c) */
+#define R2S_CONN_ZEROCOPY    0x800u /* SO_ZEROCOPY set: the kernel's send path (conn.c, link.h) */
 
 /* addrs_known */
 #define R2S_ADDR_LOCAL 0x1u

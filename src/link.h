@@ -172,6 +172,13 @@ ssize_t r2s__link_send_oob(r2s_link_t *l, int fd, const void *buf, size_t len, i
  * switch; urgent bytes racing a switch are a documented limitation.) */
 void r2s__link_app_oob(r2s_link_t *l, int fd);
 
+/* The application needs the kernel's own send path: with SO_ZEROCOPY its
+ * MSG_ZEROCOPY sends are acknowledged on the socket's error queue, which
+ * only the kernel's TCP fills. Our send direction, if not yet switched,
+ * stays plain for good (once switched it stays so: such sends then get
+ * no acknowledgement, README, Limitations). */
+void r2s__link_kernel_tx(r2s_link_t *l, int fd);
+
 /* shutdown(2) on a link: flushes what the peer must still see first. */
 int r2s__link_shutdown(r2s_link_t *l, int fd, int how);
 

@@ -30,6 +30,7 @@ typedef enum {
   R2S_REASON_SANDBOXED,    /* the process confined its system calls (sandbox.h) */
   R2S_REASON_RULE,         /* a rule of the rules file says upgrade=never (rules.h) */
   R2S_REASON_FASTOPEN,     /* TCP_FASTOPEN_CONNECT: its first bytes may leave before a hello could */
+  R2S_REASON_ZEROCOPY,     /* SO_ZEROCOPY: its sends are acknowledged by the kernel's TCP */
   R2S_REASON_COUNT
 } r2s_reason_t;
 

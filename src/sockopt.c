@@ -53,6 +53,9 @@ int r2s__sockopt_set(r2s_conn_t *c, int fd, int level, int name, const void *val
     c->sndtimeo_ms = timeval_ms(val, len);
   } else if (name == SO_OOBINLINE && one_int && *(const int *)val) {
     r2s__conn_app_oob(c, fd);
+  } else if (name == SO_ZEROCOPY && one_int && *(const int *)val) {
+    r2s__conn_set_flag(c, R2S_CONN_ZEROCOPY, true);
+    if ((l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE))) r2s__link_kernel_tx(l, fd);
   } else if (name == SO_SNDBUF || name == SO_SNDBUFFORCE || name == SO_RCVBUF || name == SO_RCVBUFFORCE) {
     bool snd = name == SO_SNDBUF || name == SO_SNDBUFFORCE;
     if (snd) r2s__conn_set_flag(c, R2S_CONN_SNDBUF, true);

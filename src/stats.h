@@ -46,6 +46,7 @@
   X(tcp_short, "stayed on TCP: ended before moving the R2SOCK_UPGRADE size (auto: 64K)")                     \
   X(tcp_rule, "stayed on TCP: a rule of the rules file says upgrade=never")                                  \
   X(tcp_fastopen, "stayed on TCP: the application connected with TCP Fast Open (TCP_FASTOPEN_CONNECT)")      \
+  X(tcp_zerocopy, "sent over TCP: the application asked for zero-copy sends (SO_ZEROCOPY)")                  \
   X(reset_protocol, "connections reset because the peer broke the protocol (a bad frame or ring index)")     \
   X(reset_rdma, "RDMA connections reset: a work request, the queue pair or the device failed")               \
   X(failovers, "connections whose ring channel failed under them (RDMA) and that went on over TCP, losing nothing") \

@@ -316,6 +316,9 @@ bool lk_note_urgent(r2s_link_t *l, int fd, int urg, int mark);
 
 /* life.c */
 void lk_settle_plain(r2s_link_t *l);
+/* Our send direction, if not yet switched, stays plain for good, for
+ * reason (switch.c). tx_lock held. */
+void lk_keep_tx_plain_locked(r2s_link_t *l, int fd, r2s_reason_t reason);
 void lk_fail(r2s_link_t *l, int err, const char *why);
 void lk_fail_tx(r2s_link_t *l, int err, const char *why);
 void lk_oobinline_to_kernel(r2s_link_t *l, int fd);

@@ -36,20 +36,12 @@ static void greet_before_urgent_locked(r2s_link_t *l, int fd)
 
 void r2s__link_app_oob(r2s_link_t *l, int fd)
 {
-  /* Only the send direction can be kept from switching: the peer decides
-   * about the other one, and its switch mark must still be found. If the
-   * peer already switched towards us, it must hear that we passed its mark
-   * (the interlude), or its own urgent data would have to wait forever. */
-  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  /* If the peer already switched towards us, it must hear that we passed
+   * its mark (the interlude), or its own urgent data would have to wait
+   * forever. */
   r2s__lock(&l->tx_lock);
   l->app_oob = true;
-  if (l->tx_state == R2S_TX_PROBE) {
-    if (!l->tcp_reason) l->tcp_reason = R2S_REASON_APP_OOB;
-    set_tx(l, R2S_TX_PLAIN);
-    if (rx == R2S_RX_FRAMES || rx == R2S_RX_RING) l->interlude_owed = true;
-  }
-  if (fd >= 0) (void)lk_send_interlude_locked(l, fd);
-  lk_settle_plain(l);
+  lk_keep_tx_plain_locked(l, fd, R2S_REASON_APP_OOB);
   lk_tx_unlock(l, fd);
 }
 

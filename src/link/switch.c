@@ -281,6 +281,32 @@ void lk_connect_tp_locked(r2s_link_t *l, int fd)
   lk_send_ready_locked(l, fd);
 }
 
+/* Only the send direction can be kept from switching: the peer decides
+ * about the other one, and its switch mark must still be found. One that
+ * switched towards us waits for our HANDSHAKE, which a direction kept
+ * plain never sends: the interlude tells it. tx_lock held. */
+void lk_keep_tx_plain_locked(r2s_link_t *l, int fd, r2s_reason_t reason)
+{
+  int rx = __atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE);
+  if (l->tx_state == R2S_TX_PROBE) {
+    if (!l->tcp_reason) l->tcp_reason = reason;
+    set_tx(l, R2S_TX_PLAIN);
+    if (rx == R2S_RX_FRAMES || rx == R2S_RX_RING) l->interlude_owed = true;
+  }
+  if (fd >= 0) (void)lk_send_interlude_locked(l, fd);
+  lk_settle_plain(l);
+}
+
+void r2s__link_kernel_tx(r2s_link_t *l, int fd)
+{
+  r2s__lock(&l->tx_lock);
+  /* As a direction with no ring to offer: a HANDSHAKE of the peer's that
+   * comes later gets the interlude too (lk_answer_handshake_locked). */
+  if (l->tx_state == R2S_TX_PROBE) l->no_offer = true;
+  lk_keep_tx_plain_locked(l, fd, R2S_REASON_ZEROCOPY);
+  lk_tx_unlock(l, fd);
+}
+
 /* A reader (rx_lock held, tx_lock taken in order) that meets the peer's
  * hello or HANDSHAKE switches our send direction at once if our offer is
  * made; otherwise it must not make it under rx_lock, so the switch is
