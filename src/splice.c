@@ -66,18 +66,9 @@ static int own_pipe(void)
   return 0;
 }
 
-/* Empties the thread's pipe of the n bytes left in it. */
-static void own_drain(char *buf, size_t n)
-{
-  while (n > 0) {
-    ssize_t r = r2s__libc.read(own[0], buf, n < CHUNK ? n : CHUNK);
-    if (r <= 0) break;
-    n -= (size_t)r;
-  }
-}
-
-/* Takes n bytes the caller has seen there from fd (a pipe) or from
- * connection c (a socket); they are there, so this does not wait. */
+/* Takes n bytes the caller has seen there from fd (a pipe: the caller's,
+ * or the thread's own, emptied so) or from connection c (a socket); they
+ * are there, so this does not wait. */
 static void take(r2s_conn_t *c, int fd, char *buf, size_t n)
 {
   while (n > 0) {
@@ -124,7 +115,7 @@ ssize_t r2s__splice_from_conn(r2s_conn_t *c, int fd_in, loff_t *off_in, int fd_o
       ssize_t moved = r2s__libc.splice(own[0], NULL, fd_out, NULL, (size_t)k, flags);
       n = moved < 0 ? -errno : moved;
       if (moved > 0) take(c, fd_in, buf, (size_t)moved);
-      own_drain(buf, (size_t)(moved > 0 ? k - moved : k));
+      take(NULL, own[0], buf, (size_t)(moved > 0 ? k - moved : k));
     }
   }
   free(buf);
@@ -153,7 +144,7 @@ ssize_t r2s__splice_into_conn(r2s_conn_t *c, int fd_in, loff_t *off_in, int fd_o
       n = r2s__stream_send(c, fd_out, &(struct iovec){buf, (size_t)k}, 1, sf);
       if (n > 0) take(NULL, fd_in, buf, (size_t)n);
     }
-    own_drain(buf, got < 0 ? (size_t)k : (size_t)(k - got));
+    take(NULL, own[0], buf, got < 0 ? (size_t)k : (size_t)(k - got));
   }
   free(buf);
   return n;
