@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <stdint.h>
@@ -13,7 +14,7 @@
 #include "readiness.h"
 #include "wrap.h"
 
-R2S_EXPORT int close(int fd)
+int wrap_close(int fd, bool raw)
 {
   r2s__ensure_init();
   /* Empty the slot before the kernel frees the number: after close(2) a
@@ -31,10 +32,17 @@ R2S_EXPORT int close(int fd)
     if (!r2s__conn_passthrough(c)) r2s__link_close(c->link, fd, !(r2s__conn_flags(c) & R2S_CONN_UNSEEN));
     errno = saved;
   }
-  int rc = r2s__libc.close(fd);
+  /* raw: as the application asked, a close that is no cancellation
+   * point (libuv's). */
+  int rc = raw ? (int)r2s__syscall(SYS_close, fd) : r2s__libc.close(fd);
   if (c) wrap_put(c);
   else r2s__epoll_closed(fd); /* one load unless fd is an epoll set the shim keeps */
   return rc;
+}
+
+R2S_EXPORT int close(int fd)
+{
+  return wrap_close(fd, false);
 }
 
 /* newfd now refers to what oldfd refers to. */

@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "adopt.h"
 #include "iovec.h"
 #include "sendfile.h"
 #include "splice.h"
@@ -118,6 +119,7 @@ R2S_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
   /* The address is ignored as for sendto; ancillary data has no meaning on
    * a connection whose bytes do not pass through the kernel's TCP. */
   if (c && !r2s__conn_passthrough(c)) return engine_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+  if (msg->msg_controllen && !r2s__in_shim) r2s__adopt_given(msg);
   ssize_t r = r2s__libc.sendmsg(fd, msg, flags);
   if (c) wrap_done_tx(c, fd, r);
   return r;
@@ -149,6 +151,8 @@ R2S_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
     }
     return (int)i;
   }
+  for (unsigned i = 0; i < vlen && !r2s__in_shim; i++)
+    if (vec[i].msg_hdr.msg_controllen) r2s__adopt_given(&vec[i].msg_hdr);
   int r = r2s__libc.sendmmsg(fd, vec, vlen, flags);
   if (c) wrap_done_tx(c, fd, mmsg_bytes(vec, r));
   return r;
@@ -209,6 +213,11 @@ R2S_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     return engine_recv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
   }
   ssize_t r = r2s__libc.recvmsg(fd, msg, flags);
+  if (r >= 0 && msg->msg_controllen && !r2s__in_shim) {
+    int saved = errno;
+    r2s__adopt_passed(msg);
+    errno = saved;
+  }
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : r);
   return r;
 }
@@ -246,6 +255,12 @@ R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
     return (int)i;
   }
   int r = r2s__libc.recvmmsg(fd, vec, vlen, flags, timeout);
+  if (r > 0 && !r2s__in_shim) {
+    int saved = errno;
+    for (int i = 0; i < r; i++)
+      if (vec[i].msg_hdr.msg_controllen) r2s__adopt_passed(&vec[i].msg_hdr);
+    errno = saved;
+  }
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : mmsg_bytes(vec, r));
   return r;
 }

@@ -34,6 +34,10 @@ static inline r2s_conn_t *wrap_lookup(int fd)
   return r2s__fd_get(fd);
 }
 
+/* close(fd), through libc's close, or by a bare system call if raw
+ * (syscall.c). */
+int wrap_close(int fd, bool raw);
+
 /* A nonblocking connect() completes without the app telling us: the first
  * successful send or receive proves the socket is connected. */
 static inline void wrap_maybe_established(r2s_conn_t *c, int fd)

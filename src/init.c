@@ -1,7 +1,6 @@
 /* Start-up, fork handlers and the exit report. */
 #include "init.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -11,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "adopt.h"
 #include "conn.h"
 #include "fdtable.h"
 #include "libc.h"
@@ -54,89 +54,6 @@ static void fork_child(void)
   r2s__conn_fork_child();
 }
 
-/* An inherited socket's first fd number, by inode. */
-typedef struct adopted_s {
-  dev_t dev;
-  ino_t ino;
-  int fd;
-} adopted_t;
-
-/* fd is a duplicate of a socket already adopted (an inetd-style server
- * hands its worker one socket as fds 0 and 1): it gets the same
- * connection, as dup() would have given it. */
-static bool adopt_duplicate(const adopted_t *seen, size_t n, const struct stat *st, int fd)
-{
-  for (size_t i = 0; i < n; i++) {
-    if (seen[i].dev != st->st_dev || seen[i].ino != st->st_ino) continue;
-    r2s_conn_t *c = r2s__fd_get(seen[i].fd);
-    if (c) {
-      r2s__fd_install(fd, c);
-      r2s__conn_put(c);
-    }
-    return true;
-  }
-  return false;
-}
-
-/* TCP sockets that came through exec (a forking server that execs its
- * worker, socket activation): track them like our own. One on which no
- * byte was ever sent (inetd and sshd hand over a socket just accepted)
- * may still upgrade; the others stay on TCP. */
-static void adopt_inherited_sockets(void)
-{
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return;
-  int self = dirfd(d);
-  adopted_t *seen = NULL;
-  size_t n = 0, cap = 0;
-  bool full = false;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    char *end;
-    long fd = strtol(e->d_name, &end, 10);
-    if (*end != '\0' || e->d_name[0] == '\0' || fd == self || fd < 0) continue;
-    struct stat st;
-    if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (adopt_duplicate(seen, n, &st, (int)fd)) continue;
-    int domain = r2s__fd_tcp_domain((int)fd);
-    if (domain < 0) continue;
-    bool listening = r2s__sockopt_int((int)fd, SO_ACCEPTCONN) == 1;
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof peer;
-    bool connected = !listening && r2s__libc.getpeername((int)fd, (struct sockaddr *)&peer, &plen) == 0;
-    r2s_conn_t *c = r2s__conn_new(domain, listening ? R2S_ROLE_LISTENER : R2S_ROLE_SERVER, (int)fd);
-    if (!c) break;
-    int fl = r2s__libc.fcntl((int)fd, F_GETFL);
-    if (fl >= 0 && (fl & O_NONBLOCK)) r2s__conn_set_flag(c, R2S_CONN_NONBLOCK, true);
-    if (n == cap && !full) {
-      size_t ncap = cap ? 2 * cap : 16;
-      adopted_t *more = realloc(seen, ncap * sizeof *more);
-      if (more) {
-        seen = more;
-        cap = ncap;
-      } else {
-        /* Duplicates found later get states of their own, so from here on
-         * only links that never send or switch (R2S_LINK_ADOPTED, link.h). */
-        full = true;
-      }
-    }
-    /* Urgent bytes read inline (the earlier image's setting) would have
-     * put the peer's hello in the stream already. */
-    bool untouched =
-        connected && !full && r2s__sockopt_int((int)fd, SO_OOBINLINE) == 0 && r2s__tcp_never_sent((int)fd);
-    r2s__conn_adopted(c, (int)fd, connected, untouched);
-    r2s__fd_install((int)fd, c);
-    r2s__conn_put(c);
-    r2s__debug("adopted inherited TCP socket fd %ld (%s)", fd,
-               listening   ? "listener"
-               : untouched ? "stream, nothing sent yet"
-                           : "stream");
-    if (!full) seen[n++] = (adopted_t){st.st_dev, st.st_ino, (int)fd};
-  }
-  free(seen);
-  closedir(d);
-}
-
 static void run_init(void)
 {
   r2s__options_load();
@@ -144,7 +61,7 @@ static void run_init(void)
   if (r2s__fdtable_init() == 0) {
     int rc = pthread_atfork(fork_prepare, fork_parent, fork_child);
     if (rc != 0) r2s__warn("pthread_atfork failed (%d): fork() children may see stale state", rc);
-    adopt_inherited_sockets();
+    r2s__adopt_inherited();
   }
   r2s__debug("ready (started by %s): fd table for %u fds", init_origin, r2s__fd_cap);
   __atomic_store_n(&r2s__ready, 1, __ATOMIC_RELEASE);

@@ -25,7 +25,7 @@ void r2s__say_raw(const char *a, const char *b, const char *c)
     memcpy(msg + n, parts[i], l);
     n += l;
   }
-  (void)!syscall(SYS_write, 2, msg, n);
+  (void)!r2s__syscall(SYS_write, 2, msg, n);
 }
 
 /* A message that cannot use the log module: the log writes through
@@ -33,6 +33,20 @@ void r2s__say_raw(const char *a, const char *b, const char *c)
 static void say_missing(const char *name)
 {
   r2s__say_raw("r2sock: libc has no ", name, "; the shim passes every call through\n");
+}
+
+static long no_syscall(long number, ...)
+{
+  (void)number;
+  errno = ENOSYS;
+  return -1;
+}
+
+r2s_syscall_fn_t r2s__syscall_fn(void)
+{
+  r2s_syscall_fn_t next = __atomic_load_n(&r2s__libc.syscall, __ATOMIC_ACQUIRE);
+  if (!next) next = (r2s_syscall_fn_t)dlsym(RTLD_NEXT, "syscall");
+  return next ? next : no_syscall;
 }
 
 int r2s__libc_load(void)
@@ -57,7 +71,7 @@ int r2s__libc_load(void)
 
 int r2s__open_raw(const char *path, int flags, unsigned mode)
 {
-  long fd = syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+  long fd = r2s__syscall(SYS_openat, AT_FDCWD, path, flags, mode);
   return (int)fd;
 }
 
@@ -74,7 +88,7 @@ ssize_t r2s__read_small_raw(const char *path, char *buf, size_t len)
 
 int r2s__fstat_raw(int fd, struct stat *sb)
 {
-  return (int)syscall(SYS_fstat, fd, sb);
+  return (int)r2s__syscall(SYS_fstat, fd, sb);
 }
 
 int r2s__sock_ino(int fd, ino_t *ino)
@@ -105,13 +119,13 @@ bool r2s__still_sock(int fd, ino_t ino)
 
 void *r2s__mmap_fd_raw(size_t len, int fd)
 {
-  long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0L);
+  long p = r2s__syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0L);
   return p == -1 ? MAP_FAILED : (void *)p;
 }
 
 void *r2s__mmap_fd_over_raw(void *at, size_t len, int fd)
 {
-  long p = syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0L);
+  long p = r2s__syscall(SYS_mmap, at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0L);
   return p == -1 ? MAP_FAILED : (void *)p;
 }
 

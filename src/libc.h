@@ -98,6 +98,16 @@ extern __thread int r2s__in_shim;
  * (the name is logged). Safe to call from several threads at once. */
 int r2s__libc_load(void);
 
+/* syscall(2) for the shim's own bare calls: libc's, never the exported
+ * syscall() (preload/syscall.c), which hands some numbers to the wrappers
+ * for the application. Usable before r2s__libc_load() and in the
+ * lingerer's copies (lingerer.c): it takes no lock. */
+typedef long (*r2s_syscall_fn_t)(long, ...);
+r2s_syscall_fn_t r2s__syscall_fn(void);
+/* A macro, so that the arguments go to libc's function as the caller
+ * wrote them (a variadic forwarder would read six, past those given). */
+#define r2s__syscall(...) (r2s__syscall_fn()(__VA_ARGS__))
+
 /* a, b and c on stderr, by a bare system call: for the messages that
  * cannot go through the table (a missing entry, a check of it). */
 void r2s__say_raw(const char *a, const char *b, const char *c);

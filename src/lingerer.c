@@ -52,16 +52,20 @@ static int by_fd(const void *a, const void *b)
  * that no instrumented function entry runs there either. */
 #define ALWAYS_INLINE static inline __attribute__((always_inline, no_sanitize_thread))
 
+/* libc's syscall(), looked up before the copies are made: they call it
+ * through this pointer and nothing else of the shim's. */
+static r2s_syscall_fn_t bare_call;
+
 ALWAYS_INLINE long long mono_ns(void)
 {
   struct timespec ts = {0, 0};
-  (void)syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+  (void)bare_call(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * NS + ts.tv_nsec;
 }
 
 ALWAYS_INLINE _Noreturn void bare_exit(int status)
 {
-  for (;;) (void)syscall(SYS_exit_group, status);
+  for (;;) (void)bare_call(SYS_exit_group, status);
 }
 
 /* The kernel's struct sigaction: handler first on every architecture. */
@@ -80,12 +84,12 @@ ALWAYS_INLINE void own_signals(void)
   for (int sig = 1; sig <= 64; sig++) {
     struct ksigaction old = {0}, dfl = {0};
     if (sig == SIGKILL || sig == SIGSTOP) continue;
-    if (syscall(SYS_rt_sigaction, sig, NULL, &old, sizeof old.mask) != 0) continue;
+    if (bare_call(SYS_rt_sigaction, sig, NULL, &old, sizeof old.mask) != 0) continue;
     dfl.handler = sig == SIGPIPE ? SIG_IGN : SIG_DFL;
-    if (old.handler != SIG_IGN || sig == SIGPIPE) (void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
+    if (old.handler != SIG_IGN || sig == SIGPIPE) (void)bare_call(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
   }
   uint64_t none = 0;
-  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
+  (void)bare_call(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
 }
 
 /* Closes every fd but the sorted fds[0..n). */
@@ -94,11 +98,11 @@ ALWAYS_INLINE void keep_only(const struct lsock *s, int n)
   unsigned from = 0;
   for (int i = 0; i <= n; i++) {
     unsigned to = i < n ? (unsigned)s[i].fd : ~0U;
-    if (to > from && syscall(SYS_close_range, from, to - 1, 0) != 0) {
+    if (to > from && bare_call(SYS_close_range, from, to - 1, 0) != 0) {
       /* Before Linux 5.9: one by one, up to the fd limit. */
       unsigned last = to - 1;
       if (i == n) last = from + 65535;
-      for (unsigned fd = from; fd <= last; fd++) (void)syscall(SYS_close, fd);
+      for (unsigned fd = from; fd <= last; fd++) (void)bare_call(SYS_close, fd);
     }
     if (i < n) from = (unsigned)s[i].fd + 1;
   }
@@ -110,7 +114,7 @@ ALWAYS_INLINE bool drained(int fd)
 {
   char buf[4096];
   for (;;) {
-    long r = syscall(SYS_recvfrom, fd, buf, sizeof buf, MSG_DONTWAIT, NULL, NULL);
+    long r = bare_call(SYS_recvfrom, fd, buf, sizeof buf, MSG_DONTWAIT, NULL, NULL);
     if (r > 0) continue;
     return r == 0 || (errno != EAGAIN && errno != EINTR);
   }
@@ -118,8 +122,8 @@ ALWAYS_INLINE bool drained(int fd)
 
 ALWAYS_INLINE _Noreturn void linger(struct lsock *s, struct pollfd *p, int n, long long bound)
 {
-  (void)syscall(SYS_setsid);
-  (void)syscall(SYS_chdir, "/");
+  (void)bare_call(SYS_setsid);
+  (void)bare_call(SYS_chdir, "/");
   own_signals();
   keep_only(s, n);
   long long start = mono_ns();
@@ -127,16 +131,16 @@ ALWAYS_INLINE _Noreturn void linger(struct lsock *s, struct pollfd *p, int n, lo
   while (n > 0) {
     for (int i = 0; i < n; i++) p[i] = (struct pollfd){s[i].fd, POLLIN | POLLRDHUP, 0};
     struct timespec tick = {1, 0};
-    (void)syscall(SYS_ppoll, p, (unsigned long)n, &tick, NULL, 0);
+    (void)bare_call(SYS_ppoll, p, (unsigned long)n, &tick, NULL, 0);
     long long now = mono_ns();
     for (int i = 0; i < n;) {
       bool done = p[i].revents && drained(s[i].fd);
       int q;
-      if (syscall(SYS_ioctl, s[i].fd, SIOCOUTQ, &q) == 0 && q != s[i].outq) s[i].outq = q, s[i].moved_at = now;
+      if (bare_call(SYS_ioctl, s[i].fd, SIOCOUTQ, &q) == 0 && q != s[i].outq) s[i].outq = q, s[i].moved_at = now;
       /* A peer that stopped taking our bytes (or has them all and keeps
        * its end open) gets what the kernel gives an orphan in FIN_WAIT2. */
       if (done || now - s[i].moved_at > bound || now - start > CAP_BOUNDS * bound) {
-        (void)syscall(SYS_close, s[i].fd);
+        (void)bare_call(SYS_close, s[i].fd);
         s[i] = s[--n];
         p[i] = p[n];
       } else {
@@ -150,6 +154,7 @@ ALWAYS_INLINE _Noreturn void linger(struct lsock *s, struct pollfd *p, int n, lo
 __attribute__((no_sanitize_thread)) int r2s__lingerer_start(const int *fds, int n)
 {
   if (n <= 0) return 0;
+  bare_call = r2s__syscall_fn();
   long long bound = r2s__lingerer_bound_ns();
   struct lsock *s = malloc((size_t)n * sizeof *s);
   struct pollfd *p = malloc((size_t)n * sizeof *p);
@@ -163,20 +168,20 @@ __attribute__((no_sanitize_thread)) int r2s__lingerer_start(const int *fds, int 
   /* No signal may run an application handler in the copies before they
    * have their own dispositions. */
   uint64_t all = ~0ULL, old;
-  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all);
+  (void)bare_call(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof all);
   /* The name is inherited at clone: the lingerer is born "r2s-linger", so
    * whoever looks once the application has exited finds it by that name
    * (set only inside it, it could still bear the application's name then:
    * integration.shm.exit-linger-fill saw that race). The application's
    * own name is back before this returns. */
   char name[17] = {0};
-  (void)syscall(SYS_prctl, PR_GET_NAME, name, 0, 0, 0);
-  (void)syscall(SYS_prctl, PR_SET_NAME, "r2s-linger", 0, 0, 0);
+  (void)bare_call(SYS_prctl, PR_GET_NAME, name, 0, 0, 0);
+  (void)bare_call(SYS_prctl, PR_SET_NAME, "r2s-linger", 0, 0, 0);
   /* Exit signal 0: the application gets no SIGCHLD, and wait() without
    * __WCLONE does not see this child. */
-  long mid = syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
+  long mid = bare_call(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
   if (mid == 0) {
-    long pid = syscall(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
+    long pid = bare_call(SYS_clone, 0UL, NULL, NULL, NULL, 0UL);
     if (pid == 0) linger(s, p, n, bound);
     /* The lingerer goes to init (or the nearest subreaper). */
     bare_exit(pid > 0 ? 0 : 1);
@@ -186,15 +191,15 @@ __attribute__((no_sanitize_thread)) int r2s__lingerer_start(const int *fds, int 
   } else {
     int status = 0;
     long w;
-    do w = syscall(SYS_wait4, mid, &status, __WCLONE, NULL);
+    do w = bare_call(SYS_wait4, mid, &status, __WCLONE, NULL);
     while (w < 0 && errno == EINTR);
     if (w < 0)
       rc = -errno;
     else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       rc = -ECHILD;
   }
-  (void)syscall(SYS_prctl, PR_SET_NAME, name, 0, 0, 0);
-  (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
+  (void)bare_call(SYS_prctl, PR_SET_NAME, name, 0, 0, 0);
+  (void)bare_call(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof old);
 out_free:
   free(p);
   free(s);

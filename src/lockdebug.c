@@ -36,7 +36,7 @@ void r2s__lock_debug_blocking(const char *call)
 static bool can_wait(int fd)
 {
   struct stat sb;
-  if (syscall(SYS_fstat, fd, &sb) != 0) return false;
+  if (r2s__syscall(SYS_fstat, fd, &sb) != 0) return false;
   if (S_ISSOCK(sb.st_mode) || S_ISFIFO(sb.st_mode)) return true;
   return S_ISCHR(sb.st_mode) && isatty(fd);
 }
@@ -46,7 +46,7 @@ static bool can_wait(int fd)
 static void check_fd(const char *call, int fd, int flags)
 {
   if (r2s__locks_held <= 0 || (flags & MSG_DONTWAIT)) return;
-  int fl = (int)syscall(SYS_fcntl, fd, F_GETFL);
+  int fl = (int)r2s__syscall(SYS_fcntl, fd, F_GETFL);
   if (fl < 0 || (fl & O_NONBLOCK) || !can_wait(fd)) return;
   r2s__lock_debug_blocking(call);
 }

@@ -75,7 +75,8 @@
   X(oob_fallbacks, "directions sent back to plain TCP because the application sent urgent data")             \
   X(room_fallbacks, "directions sent back to plain TCP because their ring could not grow (/dev/shm full)")   \
   X(exit_lingered, "connections still being finished at exit, handed to a lingering process")                \
-  X(closes_reaped, "closes finished in the background, as the peer might still send frames (reaper)")
+  X(closes_reaped, "closes finished in the background, as the peer might still send frames (reaper)")         \
+  X(io_uring_refused, "io_uring_setup calls through syscall() answered ENOSYS: the shim cannot see into a ring")
 
 typedef enum {
 #define R2S_STAT_ENUM(name, doc) R2S_STAT_##name,

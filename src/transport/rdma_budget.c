@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <linux/capability.h>
 
+#include "../libc.h"
 #include "../log.h"
 #include "../options.h"
 #include "../stats.h"
@@ -24,7 +25,7 @@ bool r2s__rdma_pin_unlimited(void)
   if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY) return true;
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
   struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
-  if (syscall(SYS_capget, &h, d) != 0) return false;
+  if (r2s__syscall(SYS_capget, &h, d) != 0) return false;
   return (d[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1u;
 }
 
