@@ -239,26 +239,49 @@ static ssize_t recv_by_state(r2s_link_t *l, int fd, const struct iovec *iov, int
   return n;
 }
 
-/* After `got` bytes from the read-ahead buffer, the bytes behind them, as
- * far as the caller has room: a read returns what is there, and a peek
- * just before may have seen bytes on both sides of the buffer's end (the
- * buffer filled between the two, by a sender in another thread). Only
- * where bytes are known to wait, so that an error or the end of the stream
- * the kernel reports once is left for the next read. rx_lock held. */
-static size_t recv_past_ahead(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t got, int flags,
-                              r2s_link_moved_t *mv)
+/* After `got` bytes, the bytes behind them, as far as the caller has room
+ * and the link has them now. TCP hands a read everything queued, up to its
+ * size, and programs rely on a short read meaning that nothing more was
+ * there: libuv ends a stream at a short read and a POLLHUP without reading
+ * again (uv__stream_io), and the peer's FIN comes right behind its last
+ * frame or ring byte. The link's states end a read where a DATA frame, the
+ * read-ahead buffer or the bytes before the mark end, and where the
+ * receive direction moves to the ring: reading goes on across those, and
+ * across our peer's switch mark, but not past an urgent byte of the
+ * application's, where TCP ends a read too (plain_read: the read before
+ * was the kernel's own, which stopped there). Not for a peek (a frame's
+ * header cannot be peeked past), and only where bytes are known to wait,
+ * so that an error or the end of the stream the kernel reports once is
+ * left for the next read. rx_lock held. */
+static size_t recv_more(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, size_t got, int flags,
+                        r2s_link_moved_t *mv, bool plain_read)
 {
-  /* The caller's room is full, or (the same, for a peek) the buffer has
-   * more than it took. */
-  if (got >= r2s__iov_total(iov, cnt) || FAILED(l)) return 0;
-  int queued = 0;
-  bool more = l->rx_state == R2S_RX_RING ? TP(l)->avail(TPS(l)) > 0
-                                         : r2s__libc.ioctl(fd, FIONREAD, &queued) == 0 && queued > 0;
-  if (!more) return 0;
-  struct iovec rest[64];
-  int k = r2s__iov_advance(rest, 64, iov, cnt, got);
-  ssize_t n = recv_by_state(l, fd, rest, k, flags, mv);
-  return n > 0 ? (size_t)n : 0;
+  size_t want = r2s__iov_total(iov, cnt), more = 0;
+  if (flags & MSG_PEEK) return 0;
+  for (int guard = 0; guard < 64 && got + more < want && !FAILED(l); guard++) {
+    int st = l->rx_state;
+    if (st == R2S_RX_PROBE || st == R2S_RX_PREMARK) {
+      /* Across our peer's switch mark, not an urgent byte of the
+       * application's: TCP ends a read there. */
+      int urg = -EINVAL;
+      if (lk_mark_here(fd, &urg) == 1 && urg != R2S_SWITCH_BYTE) break;
+    } else if (st == R2S_RX_PLAIN) {
+      /* One read of the kernel's, which ends at such a byte itself. */
+      if (plain_read) break;
+      plain_read = true;
+    }
+    int queued = 0;
+    bool waiting = l->rx_state == R2S_RX_RING ? TP(l)->avail(TPS(l)) > 0 || l->rx_plain_pending
+                                               : r2s__libc.ioctl(fd, FIONREAD, &queued) == 0 && queued > 0;
+    if (!waiting) break;
+    struct iovec rest[64];
+    int k = r2s__iov_advance(rest, 64, iov, cnt, got + more);
+    ssize_t n = recv_by_state(l, fd, rest, k, flags, mv);
+    if (n == RETRY) continue;
+    if (n <= 0) break;
+    more += (size_t)n;
+  }
+  return more;
 }
 
 /* The ring case, the common one of a carried connection, first: the
@@ -307,11 +330,14 @@ ssize_t r2s__link_recv(r2s_link_t *l, int fd, const struct iovec *iov, int cnt, 
       n = (ssize_t)r2s__readahead_take(&l->rx_ahead, iov, cnt, flags & MSG_PEEK);
       if (n && !r2s__readahead_len(&l->rx_ahead) && l->rx_state == R2S_RX_PLAIN) lk_settle_plain(l);
       if (n) {
-        n += (ssize_t)recv_past_ahead(l, fd, iov, cnt, (size_t)n, flags, mv);
+        n += (ssize_t)recv_more(l, fd, iov, cnt, (size_t)n, flags, mv, false);
         break;
       }
     }
+    int st = l->rx_state;
     n = recv_by_state(l, fd, iov, cnt, flags, mv);
+    if (n > 0 && (size_t)n < want)
+      n += (ssize_t)recv_more(l, fd, iov, cnt, (size_t)n, flags, mv, st == R2S_RX_PLAIN);
   } while (n == RETRY);
   if (n == -EPROTO || n == -EPROTONOSUPPORT || n == -ENOMEM) n = FAILED(l);
   /* After shutdown(SHUT_RD) TCP still hands out what is queued, then the
