@@ -116,6 +116,31 @@ static void act_drop(r2s_ep_reg_t *r, unsigned i)
   r->act[i] = r->act[--r->nact];
 }
 
+/* The events of one collect() that are put in order (order_ready). */
+#define ORDER_MAX 256
+
+/* out[0..k) in the order their links' bytes came (stamp[i], 0: not known,
+ * last), stably: the kernel's epoll reports sockets in the order they
+ * became ready, and programs rely on it across connections (redis's own
+ * tests send a command on one connection and, without waiting for its
+ * answer, one on another that must see its effect: the server has to read
+ * them in that order). A look at the rings finds them all ready at once;
+ * the producers' stamps (ring.h, filled_at) say which came first. */
+static void order_ready(struct epoll_event *out, uint64_t *stamp, int k)
+{
+  for (int i = 1; i < k; i++) {
+    struct epoll_event ev = out[i];
+    uint64_t s = stamp[i] ? stamp[i] : UINT64_MAX;
+    int j = i;
+    for (; j > 0 && (stamp[j - 1] ? stamp[j - 1] : UINT64_MAX) > s; j--) {
+      out[j] = out[j - 1];
+      stamp[j] = stamp[j - 1];
+    }
+    out[j] = ev;
+    stamp[j] = s == UINT64_MAX ? 0 : s;
+  }
+}
+
 /* Readiness of the carried connections registered in r, up to max events;
  * -ENOENT if none of its registrations is a carried connection. Only the
  * links that are active (r2s__link_active) are looked at: the kernel
@@ -132,6 +157,7 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
 {
   bool arm = a != NULL;
   int k = 0;
+  uint64_t stamp[ORDER_MAX];
   pthread_mutex_lock(&r->lock);
   int64_t now = r2s__now_ns();
   bool all = !act_list_stands(r, now);
@@ -203,6 +229,7 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
       if (began)
         r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
+      if (k < ORDER_MAX) stamp[k] = (got & EPOLLIN) ? r2s__link_filled_at(c->link) : 0;
       out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
       e->round = r->round;
       e->busy_ns = now;
@@ -212,6 +239,7 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
   }
   bool carried = r->carried;
   pthread_mutex_unlock(&r->lock);
+  if (k > 1) order_ready(out, stamp, k < ORDER_MAX ? k : ORDER_MAX);
   return carried || k ? k : -ENOENT;
 }
 

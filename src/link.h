@@ -229,6 +229,11 @@ void r2s__link_sized_buffers(r2s_link_t *l, int fd, bool sndbuf);
  * in the peer's; owned is not used. */
 short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned);
 
+/* When the oldest bytes waiting in the link's ring came, as a count of
+ * r2s__order_stamp(); 0 if not known (not in a ring, empty, or a
+ * transport or peer that does not say). No lock, no system call. */
+uint64_t r2s__link_filled_at(r2s_link_t *l);
+
 /* Whether the rings alone carry `events` now (the peer's bytes come through
  * our ring, ours go into the peer's): then r2s__link_poll without a socket
  * answers for them until the next look at the socket. */

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "clock.h"
+
 void r2s__ring_format(void *mem, uint64_t size)
 {
   (void)size;
@@ -125,6 +127,10 @@ ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t sk
     skip = 0;
   }
   if (done) {
+    /* The ring was empty (r->head is the consumer's, just read): these
+     * bytes are the oldest the consumer will see, and their stamp goes
+     * out with the tail that publishes them. */
+    if (r->head == r->tail) __atomic_store_n(&r->ctl->filled_at, r2s__order_stamp(), __ATOMIC_RELAXED);
     r->tail += done;
     /* A read-modify-write, not a plain store: it is also the full barrier
      * between publishing the bytes and reading consumer_sleeping that the
@@ -133,6 +139,12 @@ ssize_t r2s__ring_put(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t sk
     (void)__atomic_exchange_n(&r->ctl->tail, r->tail, __ATOMIC_SEQ_CST);
   }
   return (ssize_t)done;
+}
+
+uint64_t r2s__ring_filled_at(r2s_ring_t *r)
+{
+  if (r2s__ring_avail(r) <= 0) return 0;
+  return __atomic_load_n(&r->ctl->filled_at, __ATOMIC_RELAXED);
 }
 
 ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t max, bool peek)

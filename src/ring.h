@@ -50,7 +50,9 @@ typedef struct r2s_ring_ctl_s {
   uint32_t producer_closed;   /* no more bytes will come after tail */
   uint64_t producer_sleep_at; /* RDMA: the head the producer saw when it went to sleep */
   uint32_t producer_woke_on;  /* shm: 1 + the CPU the producer was on when it woke the consumer */
-  uint8_t pad0[64 - 28];
+  uint32_t pad_a;
+  uint64_t filled_at;         /* r2s__order_stamp() when a put found the ring empty; 0: not said */
+  uint8_t pad0[64 - 40];
   /* consumer-written line */
   uint64_t head;
   uint32_t consumer_sleeping; /* waiting for bytes */
@@ -62,7 +64,8 @@ typedef struct r2s_ring_ctl_s {
   uint8_t pad1[64 - 36];
 } r2s_ring_ctl_t;
 /* Both ends address these: they are protocol (docs/protocol.md). */
-_Static_assert(offsetof(r2s_ring_ctl_t, consumer_rcvbuf) == 96 && sizeof(r2s_ring_ctl_t) == 128,
+_Static_assert(offsetof(r2s_ring_ctl_t, consumer_rcvbuf) == 96 && offsetof(r2s_ring_ctl_t, filled_at) == 32 &&
+                   sizeof(r2s_ring_ctl_t) == 128,
                "the ring control page's layout");
 
 typedef struct r2s_ring_s {
@@ -117,6 +120,12 @@ int r2s__ring_unacked(const r2s_ring_t *r, uint64_t from, struct iovec iov[2]);
  * (what the producer writes later is not read): head <= at <= the tail
  * last checked, else -EINVAL. */
 int r2s__ring_freeze(r2s_ring_t *r, uint64_t at);
+/* Consumer: when the oldest bytes in the ring came (filled_at: what the
+ * producer stamped when it put bytes into the empty ring), for ordering
+ * the readiness of several rings; 0 when the ring is empty or the
+ * producer says nothing (an RDMA peer, an older shim). A hostile value
+ * only changes the order in which this end's epoll reports its rings. */
+uint64_t r2s__ring_filled_at(r2s_ring_t *r);
 /* Consumer: copies up to max bytes into iov; advances head unless peek.
  * Returns the count or -EPROTO. */
 ssize_t r2s__ring_get(r2s_ring_t *r, const struct iovec *iov, int cnt, size_t max, bool peek);

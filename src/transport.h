@@ -136,6 +136,11 @@ typedef struct r2s_transport_s {
   ssize_t (*avail)(r2s_tp_state_t *st);
   ssize_t (*get)(r2s_tp_state_t *st, const struct iovec *iov, int cnt, size_t max, bool peek);
 
+  /* Optional (NULL: 0, not said): when the oldest bytes in this end's
+   * ring came, as a count of r2s__order_stamp() (clock.h), for ordering
+   * the readiness of several connections as the kernel's epoll does;
+   * 0 when the ring is empty or the peer did not say. */
+  uint64_t (*filled_at)(r2s_tp_state_t *st);
   /* Optional (NULL: 0): bytes this end put into the peer's ring that the
    * peer has not taken, as its last published head says (the peer's
    * close_rx with bytes unread is a reset, as TCP's close). */

@@ -96,6 +96,12 @@ static short poll_rings(r2s_link_t *l, short events)
   return rev;
 }
 
+uint64_t r2s__link_filled_at(r2s_link_t *l)
+{
+  if (__atomic_load_n(&l->rx_state, __ATOMIC_ACQUIRE) != R2S_RX_RING || !TP(l)->filled_at) return 0;
+  return TP(l)->filled_at(TPS(l));
+}
+
 short r2s__link_poll(r2s_link_t *l, int fd, short events, short *owned)
 {
   if (fd < 0) return poll_rings(l, events);

@@ -562,6 +562,11 @@ static ssize_t shm_avail(r2s_tp_state_t *st)
   return r2s__ring_avail(&st->own);
 }
 
+static uint64_t shm_filled_at(r2s_tp_state_t *st)
+{
+  return r2s__ring_filled_at(&st->own);
+}
+
 /* Before we read past the part of our ring known reserved: its producer
  * reserved the step that covers its tail before writing there, so the
  * pages are in (and are mapped here at once). One that is missing means
@@ -762,6 +767,7 @@ const r2s_transport_t r2s__transport_shm = {
     .space = shm_space,
     .put = shm_put,
     .avail = shm_avail,
+    .filled_at = shm_filled_at,
     .get = shm_get,
     .unread = shm_unread,
     .produced = shm_produced,
