@@ -213,11 +213,7 @@ R2S_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     return engine_recv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
   }
   ssize_t r = r2s__libc.recvmsg(fd, msg, flags);
-  if (r >= 0 && msg->msg_controllen && !r2s__in_shim) {
-    int saved = errno;
-    r2s__adopt_passed(msg);
-    errno = saved;
-  }
+  if (r >= 0 && msg->msg_controllen && !r2s__in_shim) r2s__adopt_passed(msg);
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : r);
   return r;
 }
@@ -255,12 +251,8 @@ R2S_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flag
     return (int)i;
   }
   int r = r2s__libc.recvmmsg(fd, vec, vlen, flags, timeout);
-  if (r > 0 && !r2s__in_shim) {
-    int saved = errno;
-    for (int i = 0; i < r; i++)
-      if (vec[i].msg_hdr.msg_controllen) r2s__adopt_passed(&vec[i].msg_hdr);
-    errno = saved;
-  }
+  for (int i = 0; i < r && !r2s__in_shim; i++)
+    if (vec[i].msg_hdr.msg_controllen) r2s__adopt_passed(&vec[i].msg_hdr);
   if (c) wrap_done_rx(c, fd, (flags & MSG_PEEK) ? 0 : mmsg_bytes(vec, r));
   return r;
 }

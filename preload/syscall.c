@@ -31,17 +31,10 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "options.h"
 #include "rules.h"
 #include "sandbox.h"
 #include "stats.h"
 #include "wrap.h"
-
-/* What this process may still upgrade: ENOSYS for io_uring only then. */
-static bool may_upgrade(void)
-{
-  return !r2s__sandboxed() && (r2s__opt.upgrade.mode != R2S_UPGRADE_NEVER || r2s__rules.may_upgrade);
-}
 
 static long refuse_io_uring(void)
 {
@@ -192,7 +185,8 @@ R2S_EXPORT long syscall(long number, ...)
   if (route(number, a1, a2, a3, a4, a5, a6, &r)) return r;
   if (number == SYS_io_uring_setup) {
     r2s__ensure_init();
-    if (may_upgrade()) return refuse_io_uring();
+    /* ENOSYS only where a connection may still upgrade. */
+    if (!r2s__sandboxed() && r2s__upgrades_possible()) return refuse_io_uring();
   } else if (number == SYS_seccomp && (a1 == SECCOMP_SET_MODE_FILTER || a1 == SECCOMP_SET_MODE_STRICT)) {
     r2s__ensure_init();
     r2s__sandbox_enter();

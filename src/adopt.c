@@ -2,6 +2,7 @@
 #include "adopt.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -134,7 +135,9 @@ static void take_passed(int fd)
 
 void r2s__adopt_passed(const struct msghdr *msg)
 {
+  int saved = errno; /* after the application's receive call */
   each_passed(msg, take_passed);
+  errno = saved;
 }
 
 static void give(int fd)

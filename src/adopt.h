@@ -12,7 +12,7 @@
  *    call just took from a Unix socket (SCM_RIGHTS in msg's ancillary
  *    data): a connection a server accepted and passed on before moving a
  *    byte (node's cluster, a master process handing connections to its
- *    workers) upgrades in the process that serves it.
+ *    workers) upgrades in the process that serves it. errno is kept.
  *  - r2s__adopt_given(msg) runs before a send call passes descriptors on:
  *    each connection among them is shared with another process from then
  *    on (R2S_CONN_FORKED, as after fork()), so that this process's close

@@ -486,8 +486,7 @@ static void start_link(r2s_conn_t *c, int fd, uint32_t old, bool known, bool inh
     return;
   }
   r2s_policy_t policy = r2s__policy_default();
-  bool none = policy.upgrade.mode == R2S_UPGRADE_NEVER && !r2s__rules.may_upgrade;
-  if (none || (old & R2S_CONN_APP_OOB) || skipped_program() || skipped_port(c, fd, known)) {
+  if (!r2s__upgrades_possible() || (old & R2S_CONN_APP_OOB) || skipped_program() || skipped_port(c, fd, known)) {
     c->reason = (old & R2S_CONN_APP_OOB) ? R2S_REASON_APP_OOB : R2S_REASON_DISABLED;
     return;
   }

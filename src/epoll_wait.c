@@ -119,8 +119,8 @@ static void act_drop(r2s_ep_reg_t *r, unsigned i)
 /* The events of one collect() that are put in order (order_ready). */
 #define ORDER_MAX 256
 
-/* out[0..k) in the order their links' bytes came (stamp[i], 0: not known,
- * last), stably: the kernel's epoll reports sockets in the order they
+/* out[0..k) in the order their links' bytes came (stamp[i]; UINT64_MAX,
+ * not known: last), stably: the kernel's epoll reports sockets in the order they
  * became ready, and programs rely on it across connections (redis's own
  * tests send a command on one connection and, without waiting for its
  * answer, one on another that must see its effect: the server has to read
@@ -130,14 +130,14 @@ static void order_ready(struct epoll_event *out, uint64_t *stamp, int k)
 {
   for (int i = 1; i < k; i++) {
     struct epoll_event ev = out[i];
-    uint64_t s = stamp[i] ? stamp[i] : UINT64_MAX;
+    uint64_t s = stamp[i];
     int j = i;
-    for (; j > 0 && (stamp[j - 1] ? stamp[j - 1] : UINT64_MAX) > s; j--) {
+    for (; j > 0 && stamp[j - 1] > s; j--) {
       out[j] = out[j - 1];
       stamp[j] = stamp[j - 1];
     }
     out[j] = ev;
-    stamp[j] = s == UINT64_MAX ? 0 : s;
+    stamp[j] = s;
   }
 }
 
@@ -229,7 +229,10 @@ static int collect(r2s_ep_reg_t *r, struct epoll_event *out, int max, arm_list_t
     if (got & (EPOLLIN | EPOLLOUT | EPOLLERR)) {
       if (began)
         r2s__link_spin_learn(c->link, (short)(got & (EPOLLIN | EPOLLOUT)), r2s__now_ns() - began, true);
-      if (k < ORDER_MAX) stamp[k] = (got & EPOLLIN) ? r2s__link_filled_at(c->link) : 0;
+      if (k < ORDER_MAX) {
+        uint64_t at = (got & EPOLLIN) ? r2s__link_filled_at(c->link) : 0;
+        stamp[k] = at ? at : UINT64_MAX;
+      }
       out[k++] = (struct epoll_event){.events = got, .data.u64 = e->data};
       e->round = r->round;
       e->busy_ns = now;

@@ -78,6 +78,13 @@ typedef struct r2s_rules_s {
 /* The process's rules: empty unless a rules file has some. */
 extern r2s_rules_t r2s__rules;
 
+/* Some connection of this process may upgrade: the options' policy, or a
+ * rule of the file, is not upgrade=never. */
+static inline bool r2s__upgrades_possible(void)
+{
+  return r2s__opt.upgrade.mode != R2S_UPGRADE_NEVER || r2s__rules.may_upgrade;
+}
+
 /* What the matcher knows of one connection. */
 typedef struct r2s_rule_conn_s {
   const char *program;  /* the executable's file name; NULL: unknown */

@@ -145,7 +145,7 @@ static r2s_link_t *start_inline(int fd)
 static r2s_link_t *adopt(void)
 {
   /* Nothing could have upgraded it: neither the options nor a rule. */
-  if (r2s__opt.upgrade.mode == R2S_UPGRADE_NEVER && !r2s__rules.may_upgrade) return NULL;
+  if (!r2s__upgrades_possible()) return NULL;
   /* The process that made the connection may have read the hello and may
    * have told the peer to switch: watch for the mark for good, and never
    * switch ourselves (its handshake state went with the old image). */

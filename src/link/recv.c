@@ -271,8 +271,8 @@ static size_t recv_more(r2s_link_t *l, int fd, const struct iovec *iov, int cnt,
       plain_read = true;
     }
     int queued = 0;
-    bool waiting = l->rx_state == R2S_RX_RING ? TP(l)->avail(TPS(l)) > 0 || l->rx_plain_pending
-                                               : r2s__libc.ioctl(fd, FIONREAD, &queued) == 0 && queued > 0;
+    bool waiting = st == R2S_RX_RING ? TP(l)->avail(TPS(l)) > 0 || l->rx_plain_pending
+                                     : r2s__libc.ioctl(fd, FIONREAD, &queued) == 0 && queued > 0;
     if (!waiting) break;
     struct iovec rest[64];
     int k = r2s__iov_advance(rest, 64, iov, cnt, got + more);
